@@ -1,0 +1,193 @@
+//! Error types shared by domain crates and the runtime: decoding, headers, and the error a
+//! handler returns. Classification (transient or permanent) lives here; retry policy does not.
+
+use std::error::Error as StdError;
+use std::fmt;
+
+use uuid::Uuid;
+
+/// A raw envelope could not be turned into a typed one.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DecodeError {
+    /// The text is not a CloudEvents 1.0 structured JSON event (message has line and column).
+    #[error("malformed event envelope: {0}")]
+    Envelope(#[source] serde_json::Error),
+    /// No registered event type has this name.
+    #[error("unknown event type `{name}` (version {version}): no event with this name is registered")]
+    UnknownName {
+        /// The `type` attribute.
+        name: String,
+        /// The `schemaversion` attribute.
+        version: u32,
+    },
+    /// The name is registered, but not this version.
+    #[error("unknown version {version} of event `{name}`: registered versions are {known:?}")]
+    UnknownVersion {
+        /// The `type` attribute.
+        name: String,
+        /// The `schemaversion` attribute.
+        version: u32,
+        /// The versions this code knows, ascending.
+        known: Vec<u32>,
+    },
+    /// Decoding was asked for a type whose name or version differs from the envelope's.
+    #[error("envelope holds `{name}` v{version}, expected `{expected_name}` v{expected_version}")]
+    TypeMismatch {
+        /// The name the target type has.
+        expected_name: &'static str,
+        /// The version the target type has.
+        expected_version: u32,
+        /// The envelope's name.
+        name: String,
+        /// The envelope's version.
+        version: u32,
+    },
+    /// The payload does not deserialise into the registered type.
+    #[error("payload of `{name}` v{version} (event {event_id}) does not decode: {source}")]
+    Payload {
+        /// The event name.
+        name: String,
+        /// The event version.
+        version: u32,
+        /// The event id.
+        event_id: Uuid,
+        /// serde's error: names the field and the position.
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// A header name was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum HeaderError {
+    /// Not a CloudEvents attribute name: `a-z0-9` only, 1 to 20 characters.
+    #[error("invalid header name {0:?}: CloudEvents attribute names are 1-20 characters of a-z and 0-9")]
+    InvalidName(String),
+    /// The envelope writes this attribute itself.
+    #[error("header name {0:?} is reserved by the envelope")]
+    Reserved(String),
+}
+
+/// Whether retrying can help.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// May succeed on a later attempt (a timeout, a lock, a service restarting). The default.
+    Transient,
+    /// Will fail again however often it is retried (a validation rule, an unsupported input):
+    /// durable delivery dead-letters it at once.
+    Permanent,
+}
+
+/// The error a handler returns.
+///
+/// Any `std::error::Error + Send + Sync + 'static` converts into it with `?`, as a
+/// [transient](ErrorKind::Transient) error; wrap with [`HandlerError::permanent`] to say that
+/// retrying is pointless.
+///
+/// Like `anyhow::Error`, `HandlerError` does not itself implement `std::error::Error`, so that
+/// the blanket conversion can exist.
+///
+/// ```
+/// use event_core::HandlerError;
+///
+/// fn parse(qty: &str) -> Result<u32, HandlerError> {
+///     // transient by default
+///     let n: u32 = qty.parse()?;
+///     if n == 0 {
+///         return Err(HandlerError::permanent_msg("quantity must be positive"));
+///     }
+///     Ok(n)
+/// }
+/// assert!(parse("x").unwrap_err().is_transient());
+/// assert!(parse("0").unwrap_err().is_permanent());
+/// ```
+pub struct HandlerError {
+    kind: ErrorKind,
+    error: Box<dyn StdError + Send + Sync + 'static>,
+}
+
+impl HandlerError {
+    /// A transient error: retried by durable delivery.
+    pub fn transient(error: impl Into<Box<dyn StdError + Send + Sync + 'static>>) -> Self {
+        HandlerError {
+            kind: ErrorKind::Transient,
+            error: error.into(),
+        }
+    }
+
+    /// A permanent error: dead-lettered at once by durable delivery.
+    pub fn permanent(error: impl Into<Box<dyn StdError + Send + Sync + 'static>>) -> Self {
+        HandlerError {
+            kind: ErrorKind::Permanent,
+            error: error.into(),
+        }
+    }
+
+    /// A transient error from a message.
+    pub fn transient_msg(message: impl fmt::Display) -> Self {
+        Self::transient(message.to_string())
+    }
+
+    /// A permanent error from a message.
+    pub fn permanent_msg(message: impl fmt::Display) -> Self {
+        Self::permanent(message.to_string())
+    }
+
+    /// Transient or permanent.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// `true` for [`ErrorKind::Permanent`].
+    pub fn is_permanent(&self) -> bool {
+        self.kind == ErrorKind::Permanent
+    }
+
+    /// `true` for [`ErrorKind::Transient`].
+    pub fn is_transient(&self) -> bool {
+        self.kind == ErrorKind::Transient
+    }
+
+    /// The underlying error.
+    pub fn source_error(&self) -> &(dyn StdError + Send + Sync + 'static) {
+        &*self.error
+    }
+
+    /// The messages of the error and of each of its sources, outermost first.
+    pub fn chain(&self) -> Vec<String> {
+        let mut out = vec![self.error.to_string()];
+        let mut next = self.error.source();
+        while let Some(e) = next {
+            out.push(e.to_string());
+            next = e.source();
+        }
+        out
+    }
+}
+
+impl<E: StdError + Send + Sync + 'static> From<E> for HandlerError {
+    fn from(error: E) -> Self {
+        HandlerError::transient(error)
+    }
+}
+
+impl fmt::Debug for HandlerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HandlerError")
+            .field("kind", &self.kind)
+            .field("chain", &self.chain())
+            .finish()
+    }
+}
+
+impl fmt::Display for HandlerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match self.kind {
+            ErrorKind::Transient => "transient",
+            ErrorKind::Permanent => "permanent",
+        };
+        write!(f, "{kind} error: {}", self.chain().join(": "))
+    }
+}

@@ -1,0 +1,248 @@
+//! What `#[event_handler]` produces: a [`HandlerDescriptor`] with a type-erased entry point,
+//! and the [`HandlerContext`] the runtime calls it with. Running handlers is the runtime's job.
+
+use std::any::{Any, TypeId};
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use crate::envelope::Envelope;
+use crate::error::HandlerError;
+use crate::event::{DomainEvent, EventDescriptor};
+
+/// When a handler runs relative to the commit of the unit of work that recorded the event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum DeliveryMode {
+    /// After COMMIT, through durable delivery: retried, dead-lettered, at-least-once. The
+    /// default.
+    #[default]
+    AfterCommit,
+    /// Inside the open transaction, before COMMIT: an error aborts the whole commit. Set with
+    /// `#[event_handler(in_transaction)]`.
+    InTransaction,
+}
+
+/// A parameter type a handler asks the runtime for.
+#[derive(Clone, Copy)]
+pub struct ResourceDescriptor {
+    /// The Rust type name, for error messages (a function so that it can sit in a `static`).
+    pub type_name: fn() -> &'static str,
+    /// The Rust type id, the lookup key.
+    pub type_id: fn() -> TypeId,
+}
+
+impl ResourceDescriptor {
+    /// The descriptor of `T`.
+    pub const fn of<T: ?Sized + 'static>() -> Self {
+        ResourceDescriptor {
+            type_name: std::any::type_name::<T>,
+            type_id: TypeId::of::<T>,
+        }
+    }
+}
+
+impl fmt::Debug for ResourceDescriptor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str((self.type_name)())
+    }
+}
+
+/// A boxed, `Send` future borrowing the handler context.
+pub type HandlerFuture<'a> = Pin<Box<dyn Future<Output = Result<(), HandlerError>> + Send + 'a>>;
+
+/// A handler's type-erased entry point.
+#[derive(Clone, Copy)]
+pub enum HandlerCall {
+    /// A plain `fn`: called inline, no allocation.
+    Sync(fn(&mut HandlerContext<'_>) -> Result<(), HandlerError>),
+    /// An `async fn`: its future is boxed.
+    Async(for<'a, 'b> fn(&'a mut HandlerContext<'b>) -> HandlerFuture<'a>),
+}
+
+/// Everything the runtime knows about one handler.
+///
+/// `#[event_handler]` builds one as a `static` and submits it to `inventory`; the same static is
+/// reachable for explicit registration through the type of the same name the macro emits.
+#[derive(Clone, Copy)]
+pub struct HandlerDescriptor {
+    /// Stable identity, the first half of the idempotency key: `name = "…"`, or the module
+    /// path and function name (`my_crate::billing::on_order_placed`).
+    pub name: &'static str,
+    /// The descriptor of the event type the handler takes.
+    pub event: fn() -> EventDescriptor,
+    /// Lower runs first; ties are broken by `name`.
+    pub priority: i32,
+    /// Delivery mode.
+    pub mode: DeliveryMode,
+    /// The `&T` resources the handler takes after the event, in parameter order.
+    pub resources: &'static [ResourceDescriptor],
+    /// The `&mut T` transaction or connection parameter, if any.
+    pub transaction: Option<ResourceDescriptor>,
+    /// Whether the handler takes `&Envelope<E>` (true) or `&E` (false).
+    pub takes_envelope: bool,
+    /// The entry point.
+    pub call: HandlerCall,
+    /// Source file of the handler.
+    pub file: &'static str,
+    /// Line of the handler in `file`.
+    pub line: u32,
+}
+
+impl fmt::Debug for HandlerDescriptor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let event = (self.event)();
+        f.debug_struct("HandlerDescriptor")
+            .field("name", &self.name)
+            .field("event", &format_args!("{} v{}", event.name, event.version))
+            .field("priority", &self.priority)
+            .field("mode", &self.mode)
+            .field("resources", &self.resources)
+            .field("transaction", &self.transaction)
+            .field("location", &format_args!("{}:{}", self.file, self.line))
+            .finish()
+    }
+}
+
+/// What a handler is called with: the envelope, the resources resolved for it at start-up,
+/// and the open transaction when there is one.
+pub struct HandlerContext<'a> {
+    envelope: &'a (dyn Any + Send + Sync),
+    resources: &'a [Arc<dyn Any + Send + Sync>],
+    transaction: Option<&'a mut (dyn Any + Send)>,
+}
+
+impl<'a> HandlerContext<'a> {
+    /// A context over `envelope` (an `Envelope<E>` behind `Any`), the handler's resources in
+    /// parameter order, and an optional transaction.
+    pub fn new(
+        envelope: &'a (dyn Any + Send + Sync),
+        resources: &'a [Arc<dyn Any + Send + Sync>],
+        transaction: Option<&'a mut (dyn Any + Send)>,
+    ) -> Self {
+        HandlerContext {
+            envelope,
+            resources,
+            transaction,
+        }
+    }
+
+    /// The envelope as `Envelope<E>`.
+    ///
+    /// # Errors
+    /// A permanent [`HandlerError`] when the envelope is of another type (a runtime bug: the
+    /// registry routes by type id).
+    pub fn envelope<E: DomainEvent>(&self) -> Result<&'a Envelope<E>, HandlerError> {
+        self.envelope.downcast_ref::<Envelope<E>>().ok_or_else(|| {
+            HandlerError::permanent_msg(format_args!(
+                "handler context holds another event type than `{}`",
+                std::any::type_name::<E>()
+            ))
+        })
+    }
+
+    /// The resource at `index` (parameter order) as `&T`.
+    ///
+    /// # Errors
+    /// A permanent [`HandlerError`] when it is missing or of another type (the registry checks
+    /// this at start-up).
+    pub fn resource<T: Send + Sync + 'static>(&self, index: usize) -> Result<&'a T, HandlerError> {
+        self.resources
+            .get(index)
+            .and_then(|r| r.downcast_ref::<T>())
+            .ok_or_else(|| {
+                HandlerError::permanent_msg(format_args!(
+                    "resource `{}` was not provided",
+                    std::any::type_name::<T>()
+                ))
+            })
+    }
+
+    /// Takes the transaction as `&mut T`. Can be called once.
+    ///
+    /// # Errors
+    /// A permanent [`HandlerError`] when there is no open transaction of type `T`.
+    pub fn take_transaction<T: Send + 'static>(&mut self) -> Result<&'a mut T, HandlerError> {
+        self.transaction
+            .take()
+            .and_then(|t| t.downcast_mut::<T>())
+            .ok_or_else(|| {
+                HandlerError::permanent_msg(format_args!(
+                    "no open transaction of type `{}`: this handler runs only where the runtime provides one",
+                    std::any::type_name::<T>()
+                ))
+            })
+    }
+}
+
+/// The first parameter of a handler: `&E` or `&Envelope<E>` for a domain event `E`.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a domain event",
+    label = "the event parameter must be `&E` or `&Envelope<E>` where `E: DomainEvent`",
+    note = "add `#[derive(event_core::DomainEvent)]` and `#[event(name = \"context.action\", version = 1)]` to the definition of `{Self}`"
+)]
+pub trait EventArg: 'static {
+    /// The event type.
+    type Event: DomainEvent;
+    /// `true` for `Envelope<E>`.
+    const IS_ENVELOPE: bool;
+    /// Borrows the parameter from the envelope.
+    fn from_envelope(envelope: &Envelope<Self::Event>) -> &Self;
+}
+
+impl<E: DomainEvent> EventArg for E {
+    type Event = E;
+    const IS_ENVELOPE: bool = false;
+    fn from_envelope(envelope: &Envelope<E>) -> &E {
+        envelope.event()
+    }
+}
+
+impl<E: DomainEvent> EventArg for Envelope<E> {
+    type Event = E;
+    const IS_ENVELOPE: bool = true;
+    fn from_envelope(envelope: &Envelope<E>) -> &Envelope<E> {
+        envelope
+    }
+}
+
+/// What a handler may return: `()` or `Result<(), E>` where `E: Into<HandlerError>`.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a valid return type for an event handler",
+    label = "handlers return `()` or `Result<(), E>` where `E: Into<event_core::HandlerError>`",
+    note = "any `std::error::Error + Send + Sync + 'static` converts; use `event_core::HandlerError` to mark an error permanent"
+)]
+pub trait IntoHandlerResult {
+    /// Converts into the runtime's result.
+    fn into_handler_result(self) -> Result<(), HandlerError>;
+}
+
+impl IntoHandlerResult for () {
+    fn into_handler_result(self) -> Result<(), HandlerError> {
+        Ok(())
+    }
+}
+
+impl<E: Into<HandlerError>> IntoHandlerResult for Result<(), E> {
+    fn into_handler_result(self) -> Result<(), HandlerError> {
+        self.map_err(Into::into)
+    }
+}
+
+/// A resource parameter type: `Send + Sync + 'static`, so that the runtime can share it
+/// between workers.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a handler resource",
+    label = "resources are shared between workers: they must be `Send + Sync + 'static`",
+    note = "wrap it in a type that is `Send + Sync` (a pool, an `Arc<Mutex<_>>`) and provide that to the dispatcher"
+)]
+pub trait Resource: Send + Sync + 'static {}
+impl<T: Send + Sync + 'static> Resource for T {}
+
+/// Implemented by the type `#[event_handler]` emits next to the function (a braced struct of
+/// the function's name), to reach the handler's descriptor for explicit registration:
+/// `builder.handler::<on_order_placed>()`.
+pub trait Handler {
+    /// The handler's descriptor.
+    const DESCRIPTOR: &'static HandlerDescriptor;
+}
