@@ -1,0 +1,398 @@
+//! The in-process dispatcher: routes an envelope to its handlers by type id through a table
+//! built once, guards against duplicates, isolates failures. Does no I/O of its own.
+
+use std::any::{Any, TypeId};
+use std::num::NonZeroUsize;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use event_core::{
+    AnyEnvelope, DecodeError, DeliveryMode, DomainEvent, Envelope, HandlerCall, HandlerContext,
+    HandlerDescriptor, HandlerError, Metadata, RawEnvelope,
+};
+use futures_util::FutureExt;
+use smallvec::SmallVec;
+
+use crate::guard::{Admission, IdempotencyGuard, DEFAULT_GUARD_CAPACITY};
+use crate::registry::{Registry, RegistryBuilder, RegistryError, TypeIdMap};
+use crate::report::{DispatchReport, HandlerOutcome, Outcome};
+use crate::uow::UnitOfWork;
+
+/// Which handlers of an event a dispatch runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    All,
+    Only(DeliveryMode),
+}
+
+struct BoundHandler {
+    descriptor: &'static HandlerDescriptor,
+    resources: Box<[Arc<dyn Any + Send + Sync>]>,
+}
+
+struct Inner {
+    registry: Registry,
+    handlers: Vec<BoundHandler>,
+    resources: TypeIdMap<Arc<dyn Any + Send + Sync>>,
+    guard: Option<IdempotencyGuard>,
+}
+
+/// Routes events to their handlers, in process.
+///
+/// Built once at start-up with [`Dispatcher::builder`]; cheap to clone (an `Arc`), `Send` and
+/// `Sync`. Each handler of an event runs in order (priority, then name) even when another one
+/// fails or panics, and the [`DispatchReport`] says what happened to each.
+///
+/// The idempotency guard (on by default, 10,000 entries) remembers (handler name, event id)
+/// pairs that succeeded: dispatching the same envelope again skips those handlers and reports
+/// them as [`Outcome::Duplicate`]. A handler that failed is not remembered, so dispatching
+/// again retries it. The guard is in memory and bounded: it absorbs redeliveries that arrive
+/// while the pair is still among the most recent `capacity`; durable deduplication across
+/// restarts is the store's job.
+///
+/// ```
+/// use std::sync::atomic::{AtomicU32, Ordering};
+/// use event_core::{event_handler, DomainEvent, Envelope};
+/// use event_runtime::Dispatcher;
+/// use serde::{Deserialize, Serialize};
+///
+/// #[derive(Serialize, Deserialize, DomainEvent)]
+/// #[event(name = "cart.checked_out", version = 1)]
+/// struct CheckedOut { #[event(aggregate_id)] cart: u64 }
+///
+/// #[derive(Default)]
+/// struct Counter(AtomicU32);
+///
+/// #[event_handler]
+/// fn count(_: &CheckedOut, counter: &Counter) {
+///     counter.0.fetch_add(1, Ordering::Relaxed);
+/// }
+///
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let dispatcher = Dispatcher::builder().resource(Counter::default()).build()?;
+/// let envelope = Envelope::new(CheckedOut { cart: 7 });
+/// let first = dispatcher.dispatch(&envelope).await;
+/// let again = dispatcher.dispatch(&envelope).await; // an at-least-once redelivery
+/// assert_eq!((first.ran(), again.duplicates()), (1, 1));
+/// assert_eq!(dispatcher.resource::<Counter>().unwrap().0.load(Ordering::Relaxed), 1);
+/// # Ok::<(), event_runtime::RegistryError>(())
+/// # }).unwrap();
+/// ```
+#[derive(Clone)]
+pub struct Dispatcher {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Dispatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dispatcher")
+            .field("events", &self.inner.registry.events().len())
+            .field("handlers", &self.inner.handlers.len())
+            .field("guard_capacity", &self.guard_capacity())
+            .finish()
+    }
+}
+
+/// Configures a [`Dispatcher`].
+pub struct DispatcherBuilder {
+    registry: RegistryBuilder,
+    resources: TypeIdMap<(&'static str, Arc<dyn Any + Send + Sync>)>,
+    guard_capacity: usize,
+}
+
+impl std::fmt::Debug for DispatcherBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DispatcherBuilder")
+            .field("registry", &self.registry)
+            .field(
+                "resources",
+                &self.resources.values().map(|r| r.0).collect::<Vec<_>>(),
+            )
+            .field("guard_capacity", &self.guard_capacity)
+            .finish()
+    }
+}
+
+impl DispatcherBuilder {
+    /// Provides a resource: handlers that take `&T` get this value. Replaces an earlier `T`.
+    pub fn resource<T: Send + Sync + 'static>(self, value: T) -> Self {
+        self.resource_arc(Arc::new(value))
+    }
+
+    /// Provides a resource the application keeps a handle to.
+    pub fn resource_arc<T: Send + Sync + 'static>(mut self, value: Arc<T>) -> Self {
+        self.resources.insert(
+            TypeId::of::<T>(),
+            (std::any::type_name::<T>(), value as Arc<dyn Any + Send + Sync>),
+        );
+        self
+    }
+
+    /// Sets how many (handler, event id) pairs the idempotency guard remembers (default
+    /// 10,000). `0` turns the guard off.
+    pub fn idempotency_capacity(mut self, capacity: usize) -> Self {
+        self.guard_capacity = capacity;
+        self
+    }
+
+    /// Fails [`build`](Self::build) when fewer than `count` handlers are registered (handler
+    /// crates dropped by the linker; see the crate docs, "Linking").
+    pub fn expect_handlers(mut self, count: usize) -> Self {
+        self.registry = self.registry.expect_handlers(count);
+        self
+    }
+
+    /// Registers event type `E` by hand (in addition to `inventory`, or instead of it with
+    /// [`Dispatcher::builder_empty`]).
+    pub fn event<E: DomainEvent>(mut self) -> Self {
+        self.registry = self.registry.event::<E>();
+        self
+    }
+
+    /// Registers handler `H` by hand: `.handler::<my_handler>()`.
+    pub fn handler<H: event_core::Handler>(mut self) -> Self {
+        self.registry = self.registry.handler::<H>();
+        self
+    }
+
+    /// Validates the registry and the resources and builds the dispatcher. Nothing is
+    /// dispatched before this succeeds.
+    ///
+    /// # Errors
+    /// Every [`RegistryError`]: duplicate (name, version), duplicate handler names, fewer
+    /// handlers than expected, a resource a handler takes that was not provided, a handler
+    /// that needs a transaction.
+    pub fn build(self) -> Result<Dispatcher, RegistryError> {
+        let registry = self.registry.build()?;
+        let mut handlers = Vec::with_capacity(registry.handlers().len());
+        for &descriptor in registry.handlers() {
+            if let Some(tx) = descriptor.transaction {
+                return Err(RegistryError::TransactionUnavailable {
+                    handler: descriptor.name,
+                    type_name: (tx.type_name)(),
+                });
+            }
+            let resources = descriptor
+                .resources
+                .iter()
+                .map(|r| {
+                    self.resources
+                        .get(&(r.type_id)())
+                        .map(|(_, v)| Arc::clone(v))
+                        .ok_or(RegistryError::MissingResource {
+                            handler: descriptor.name,
+                            type_name: (r.type_name)(),
+                        })
+                })
+                .collect::<Result<_, _>>()?;
+            handlers.push(BoundHandler {
+                descriptor,
+                resources,
+            });
+        }
+        let guard = NonZeroUsize::new(self.guard_capacity).map(IdempotencyGuard::new);
+        let resources = self
+            .resources
+            .into_iter()
+            .map(|(k, (_, v))| (k, v))
+            .collect();
+        Ok(Dispatcher {
+            inner: Arc::new(Inner {
+                registry,
+                handlers,
+                resources,
+                guard,
+            }),
+        })
+    }
+}
+
+/// Errors of [`Dispatcher::dispatch_raw`] and [`Dispatcher::dispatch_json`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DispatchError {
+    /// The envelope could not be decoded: malformed, unknown name or version, or a payload
+    /// that does not fit the type. No handler ran.
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+}
+
+impl Dispatcher {
+    /// A builder over every event and handler registered through `inventory`.
+    pub fn builder() -> DispatcherBuilder {
+        Self::builder_from(Registry::from_inventory())
+    }
+
+    /// A builder with nothing registered: add events and handlers with
+    /// [`DispatcherBuilder::event`] and [`DispatcherBuilder::handler`].
+    pub fn builder_empty() -> DispatcherBuilder {
+        Self::builder_from(Registry::builder())
+    }
+
+    /// A builder over a registry builder of your own.
+    pub fn builder_from(registry: RegistryBuilder) -> DispatcherBuilder {
+        DispatcherBuilder {
+            registry,
+            resources: TypeIdMap::default(),
+            guard_capacity: DEFAULT_GUARD_CAPACITY,
+        }
+    }
+
+    /// The validated registry.
+    pub fn registry(&self) -> &Registry {
+        &self.inner.registry
+    }
+
+    /// The resource of type `T`, if one was provided.
+    pub fn resource<T: Send + Sync + 'static>(&self) -> Option<&T> {
+        self.inner
+            .resources
+            .get(&TypeId::of::<T>())
+            .and_then(|r| r.downcast_ref::<T>())
+    }
+
+    /// The guard's capacity; 0 when it is off.
+    pub fn guard_capacity(&self) -> usize {
+        self.inner.guard.as_ref().map_or(0, IdempotencyGuard::capacity)
+    }
+
+    /// How many (handler, event id) pairs the guard remembers now.
+    pub fn guard_len(&self) -> usize {
+        self.inner.guard.as_ref().map_or(0, IdempotencyGuard::len)
+    }
+
+    /// A unit of work over this dispatcher.
+    pub fn unit_of_work(&self) -> UnitOfWork<'_> {
+        UnitOfWork::new(self)
+    }
+
+    /// Runs every handler of `E` on `envelope`, in order. Never fails as a whole: each
+    /// handler's outcome is in the report. A type with no handlers gives an empty report.
+    pub async fn dispatch<E: DomainEvent>(&self, envelope: &Envelope<E>) -> DispatchReport {
+        self.run(
+            TypeId::of::<E>(),
+            envelope,
+            envelope.metadata(),
+            E::NAME,
+            Phase::All,
+        )
+        .await
+    }
+
+    /// Runs every handler of a type-erased envelope (from an [`event_core::EventRecorder`] or
+    /// [`Registry::decode`]).
+    pub async fn dispatch_any(&self, envelope: &dyn AnyEnvelope) -> DispatchReport {
+        self.dispatch_phase(envelope, Phase::All).await
+    }
+
+    /// Decodes `raw` through the registry by (name, version) and dispatches it.
+    ///
+    /// # Errors
+    /// [`DispatchError::Decode`] for an unknown name ([`DecodeError::UnknownName`]) or version
+    /// ([`DecodeError::UnknownVersion`]) or a payload that does not fit the type
+    /// ([`DecodeError::Payload`]). No handler runs then.
+    pub async fn dispatch_raw(&self, raw: &RawEnvelope) -> Result<DispatchReport, DispatchError> {
+        let envelope = self.inner.registry.decode(raw)?;
+        Ok(self.dispatch_any(&*envelope).await)
+    }
+
+    /// Parses a CloudEvents JSON envelope and dispatches it.
+    ///
+    /// # Errors
+    /// As [`dispatch_raw`](Self::dispatch_raw), plus [`DecodeError::Envelope`] for text that is
+    /// not a CloudEvents 1.0 structured JSON event.
+    pub async fn dispatch_json(&self, json: &str) -> Result<DispatchReport, DispatchError> {
+        let raw = RawEnvelope::from_json(json)?;
+        self.dispatch_raw(&raw).await
+    }
+
+    pub(crate) async fn dispatch_phase(
+        &self,
+        envelope: &dyn AnyEnvelope,
+        phase: Phase,
+    ) -> DispatchReport {
+        self.run(
+            envelope.event_type_id(),
+            envelope.as_any(),
+            envelope.metadata(),
+            envelope.name(),
+            phase,
+        )
+        .await
+    }
+
+    async fn run(
+        &self,
+        event_type: TypeId,
+        envelope: &(dyn Any + Send + Sync),
+        meta: &Metadata,
+        name: &'static str,
+        phase: Phase,
+    ) -> DispatchReport {
+        let inner = &*self.inner;
+        let mut outcomes = SmallVec::new();
+        if let Some(index) = inner.registry.event_index(event_type) {
+            for &h in inner.registry.handlers_of(index) {
+                let bound = &inner.handlers[h as usize];
+                if let Phase::Only(mode) = phase {
+                    if bound.descriptor.mode != mode {
+                        continue;
+                    }
+                }
+                let outcome = match &inner.guard {
+                    None => call(bound, envelope).await,
+                    Some(guard) => match guard.admit(h, meta.id) {
+                        Admission::Duplicate => Outcome::Duplicate,
+                        Admission::Run => {
+                            let outcome = call(bound, envelope).await;
+                            guard.finish(h, meta.id, matches!(outcome, Outcome::Ran));
+                            outcome
+                        }
+                    },
+                };
+                if outcome.is_failure() {
+                    tracing::warn!(
+                        event = name,
+                        event_id = %meta.id,
+                        handler = bound.descriptor.name,
+                        "event handler {outcome}"
+                    );
+                }
+                outcomes.push(HandlerOutcome {
+                    handler: bound.descriptor.name,
+                    outcome,
+                });
+            }
+        }
+        DispatchReport {
+            event_id: meta.id,
+            event_name: name,
+            outcomes,
+        }
+    }
+}
+
+async fn call(bound: &BoundHandler, envelope: &(dyn Any + Send + Sync)) -> Outcome {
+    let mut ctx = HandlerContext::new(envelope, &bound.resources, None);
+    let result: Result<Result<(), HandlerError>, Box<dyn Any + Send>> =
+        match bound.descriptor.call {
+            HandlerCall::Sync(f) => std::panic::catch_unwind(AssertUnwindSafe(|| f(&mut ctx))),
+            HandlerCall::Async(f) => AssertUnwindSafe(f(&mut ctx)).catch_unwind().await,
+        };
+    match result {
+        Ok(Ok(())) => Outcome::Ran,
+        Ok(Err(e)) => Outcome::Failed(e),
+        Err(payload) => Outcome::Panicked(panic_message(&*payload)),
+    }
+}
+
+/// The message of a panic payload (`panic!("…")` gives `&str` or `String`).
+pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic with a non-string payload".to_owned()
+    }
+}
