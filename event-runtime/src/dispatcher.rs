@@ -25,6 +25,13 @@ pub(crate) enum Phase {
     Only(DeliveryMode),
 }
 
+/// Something that can hand a handler its transaction parameter: the store's transaction,
+/// viewed as whichever type the handler asks for.
+pub(crate) trait TransactionSource: Send {
+    /// The transaction as the type `type_id`, if this source can provide it.
+    fn param(&mut self, type_id: TypeId) -> Option<&mut (dyn Any + Send)>;
+}
+
 struct BoundHandler {
     descriptor: &'static HandlerDescriptor,
     resources: Box<[Arc<dyn Any + Send + Sync>]>,
@@ -98,6 +105,7 @@ pub struct DispatcherBuilder {
     registry: RegistryBuilder,
     resources: TypeIdMap<(&'static str, Arc<dyn Any + Send + Sync>)>,
     guard_capacity: usize,
+    transaction_types: Vec<TypeId>,
 }
 
 impl std::fmt::Debug for DispatcherBuilder {
@@ -155,6 +163,13 @@ impl DispatcherBuilder {
         self
     }
 
+    /// Declares the transaction parameter types the runtime that runs this dispatcher can
+    /// provide (the store-backed runtime calls this).
+    pub(crate) fn provide_transactions(mut self, types: &[TypeId]) -> Self {
+        self.transaction_types.extend_from_slice(types);
+        self
+    }
+
     /// Validates the registry and the resources and builds the dispatcher. Nothing is
     /// dispatched before this succeeds.
     ///
@@ -166,7 +181,10 @@ impl DispatcherBuilder {
         let registry = self.registry.build()?;
         let mut handlers = Vec::with_capacity(registry.handlers().len());
         for &descriptor in registry.handlers() {
-            if let Some(tx) = descriptor.transaction {
+            if let Some(tx) = descriptor
+                .transaction
+                .filter(|t| !self.transaction_types.contains(&(t.type_id)()))
+            {
                 return Err(RegistryError::TransactionUnavailable {
                     handler: descriptor.name,
                     type_name: (tx.type_name)(),
@@ -235,6 +253,7 @@ impl Dispatcher {
             registry,
             resources: TypeIdMap::default(),
             guard_capacity: DEFAULT_GUARD_CAPACITY,
+            transaction_types: Vec::new(),
         }
     }
 
@@ -275,6 +294,7 @@ impl Dispatcher {
             envelope.metadata(),
             E::NAME,
             Phase::All,
+            None,
         )
         .await
     }
@@ -282,7 +302,7 @@ impl Dispatcher {
     /// Runs every handler of a type-erased envelope (from an [`event_core::EventRecorder`] or
     /// [`Registry::decode`]).
     pub async fn dispatch_any(&self, envelope: &dyn AnyEnvelope) -> DispatchReport {
-        self.dispatch_phase(envelope, Phase::All).await
+        self.dispatch_phase(envelope, Phase::All, None).await
     }
 
     /// Decodes `raw` through the registry by (name, version) and dispatches it.
@@ -310,6 +330,7 @@ impl Dispatcher {
         &self,
         envelope: &dyn AnyEnvelope,
         phase: Phase,
+        tx: Option<&mut (dyn TransactionSource + 'static)>,
     ) -> DispatchReport {
         self.run(
             envelope.event_type_id(),
@@ -317,8 +338,33 @@ impl Dispatcher {
             envelope.metadata(),
             envelope.name(),
             phase,
+            tx,
         )
         .await
+    }
+
+    /// The index of the handler named `name`.
+    pub(crate) fn handler_index(&self, name: &str) -> Option<u32> {
+        self.inner
+            .handlers
+            .iter()
+            .position(|h| h.descriptor.name == name)
+            .map(|i| i as u32)
+    }
+
+    pub(crate) fn handler_descriptor(&self, index: u32) -> &'static HandlerDescriptor {
+        self.inner.handlers[index as usize].descriptor
+    }
+
+    /// Runs one handler on one envelope, without the in-memory guard (durable delivery
+    /// deduplicates in the store).
+    pub(crate) async fn call_one(
+        &self,
+        index: u32,
+        envelope: &dyn AnyEnvelope,
+        tx: Option<&mut (dyn TransactionSource + 'static)>,
+    ) -> Outcome {
+        call(&self.inner.handlers[index as usize], envelope.as_any(), tx).await
     }
 
     async fn run(
@@ -328,6 +374,7 @@ impl Dispatcher {
         meta: &Metadata,
         name: &'static str,
         phase: Phase,
+        mut tx: Option<&mut (dyn TransactionSource + 'static)>,
     ) -> DispatchReport {
         let inner = &*self.inner;
         let mut outcomes = SmallVec::new();
@@ -340,11 +387,11 @@ impl Dispatcher {
                     }
                 }
                 let outcome = match &inner.guard {
-                    None => call(bound, envelope).await,
+                    None => call(bound, envelope, tx.as_deref_mut()).await,
                     Some(guard) => match guard.admit(h, meta.id) {
                         Admission::Duplicate => Outcome::Duplicate,
                         Admission::Run => {
-                            let outcome = call(bound, envelope).await;
+                            let outcome = call(bound, envelope, tx.as_deref_mut()).await;
                             guard.finish(h, meta.id, matches!(outcome, Outcome::Ran));
                             outcome
                         }
@@ -372,8 +419,16 @@ impl Dispatcher {
     }
 }
 
-async fn call(bound: &BoundHandler, envelope: &(dyn Any + Send + Sync)) -> Outcome {
-    let mut ctx = HandlerContext::new(envelope, &bound.resources, None);
+async fn call(
+    bound: &BoundHandler,
+    envelope: &(dyn Any + Send + Sync),
+    tx: Option<&mut (dyn TransactionSource + 'static)>,
+) -> Outcome {
+    let tx = match (bound.descriptor.transaction, tx) {
+        (Some(wanted), Some(source)) => source.param((wanted.type_id)()),
+        _ => None,
+    };
+    let mut ctx = HandlerContext::new(envelope, &bound.resources, tx);
     let result: Result<Result<(), HandlerError>, Box<dyn Any + Send>> =
         match bound.descriptor.call {
             HandlerCall::Sync(f) => std::panic::catch_unwind(AssertUnwindSafe(|| f(&mut ctx))),

@@ -79,12 +79,28 @@
 
 mod dispatcher;
 mod guard;
+mod outbox;
 mod registry;
 mod report;
+mod retry;
+mod store;
 mod uow;
 
 pub use dispatcher::{DispatchError, Dispatcher, DispatcherBuilder};
 pub use guard::DEFAULT_GUARD_CAPACITY;
 pub use registry::{Registry, RegistryBuilder, RegistryError};
 pub use report::{DispatchReport, HandlerOutcome, Outcome};
+pub use outbox::{
+    BatchReport, FaultAction, FaultPoint, Outbox, OutboxBuilder, OutboxConfig, OutboxError,
+    OutboxUnitOfWork, Workers,
+};
+pub use retry::RetryPolicy;
+pub use store::{
+    AuditEntry, BackendKind, DeadLetter, DeadLetterFilter, HandlerStats, OutboxStats, Resolution,
+    SqlValue, Store, StoreError, Tx,
+};
 pub use uow::{CommitError, HandlerErrorSource, UnitOfWork};
+
+/// Re-exported so that handlers can name `sqlx::SqliteConnection` / `sqlx::PgConnection`
+/// without a version mismatch.
+pub use sqlx;

@@ -101,7 +101,7 @@ impl<'d> UnitOfWork<'d> {
         for envelope in &self.pending {
             let mut report = self
                 .dispatcher
-                .dispatch_phase(&**envelope, Phase::Only(DeliveryMode::InTransaction))
+                .dispatch_phase(&**envelope, Phase::Only(DeliveryMode::InTransaction), None)
                 .await;
             if let Some(i) = report.outcomes.iter().position(|o| o.outcome.is_failure()) {
                 let failed = report.outcomes.swap_remove(i);
@@ -122,7 +122,7 @@ impl<'d> UnitOfWork<'d> {
         for (envelope, report) in self.pending.iter().zip(&mut reports) {
             let after = self
                 .dispatcher
-                .dispatch_phase(&**envelope, Phase::Only(DeliveryMode::AfterCommit))
+                .dispatch_phase(&**envelope, Phase::Only(DeliveryMode::AfterCommit), None)
                 .await;
             report.merge(after);
         }
