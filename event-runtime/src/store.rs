@@ -801,6 +801,26 @@ impl Store {
         actor: &str,
         reason: &str,
     ) -> Result<Vec<i64>, StoreError> {
+        let entry = self
+            .resolve_dead_letters_with_progress(ids, action, actor, reason, |_| {})
+            .await?;
+        Ok(entry.dead_letter_ids)
+    }
+
+    /// As [`resolve_dead_letters`](Self::resolve_dead_letters) — one transaction, one audit
+    /// row — for long operations: calls `progress(n)` once each of the `ids` is handled (`n`
+    /// of them so far), and returns the audit row written.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`]; nothing is changed then.
+    pub async fn resolve_dead_letters_with_progress(
+        &self,
+        ids: &[i64],
+        action: Resolution,
+        actor: &str,
+        reason: &str,
+        mut progress: impl FnMut(usize) + Send,
+    ) -> Result<AuditEntry, StoreError> {
         const MARK: &str = "UPDATE event_dead_letters SET resolved_at = $1, resolution = $2
             WHERE id = $3 AND resolved_at IS NULL";
         const KEY: &str = "SELECT handler, event_id FROM event_dead_letters WHERE id = $1";
@@ -810,16 +830,20 @@ impl Store {
         const PURGE: &str = "UPDATE event_deliveries SET status = 'purged', lease_token = NULL, lease_until = NULL
             WHERE handler = $2 AND event_id = $3 AND status = 'dead' AND $1 >= 0";
         const AUDIT: &str = "INSERT INTO event_audit_log (action, actor, reason, at, dead_letter_ids, count)
-            VALUES ($1, $2, $3, $4, $5, $6)";
+            VALUES ($1, $2, $3, $4, $5, $6) RETURNING id";
         let now = now_ms();
         let (label, delivery_sql) = match action {
             Resolution::Replay => ("replayed", REPLAY),
             Resolution::Purge => ("purged", PURGE),
         };
+        let action_name = match action {
+            Resolution::Replay => "replay",
+            Resolution::Purge => "purge",
+        };
         let mut done = Vec::new();
         let mut tx = self.begin().await?;
-        on_tx!(&mut tx, |t| {
-            for &id in ids {
+        let audit_id = on_tx!(&mut tx, |t| {
+            for (i, &id) in ids.iter().enumerate() {
                 let n = sqlx::query(MARK)
                     .bind(now)
                     .bind(label)
@@ -828,6 +852,7 @@ impl Store {
                     .await?
                     .rows_affected();
                 if n == 0 {
+                    progress(i + 1);
                     continue;
                 }
                 let (handler, event_id): (String, String) =
@@ -839,23 +864,28 @@ impl Store {
                     .execute(&mut **t)
                     .await?;
                 done.push(id);
+                progress(i + 1);
             }
-            let action_name = match action {
-                Resolution::Replay => "replay",
-                Resolution::Purge => "purge",
-            };
-            sqlx::query(AUDIT)
+            sqlx::query_scalar::<_, i64>(AUDIT)
                 .bind(action_name)
                 .bind(actor)
                 .bind(reason)
                 .bind(now)
                 .bind(serde_json::to_string(&done).unwrap_or_default())
                 .bind(done.len() as i64)
-                .execute(&mut **t)
-                .await?;
+                .fetch_one(&mut **t)
+                .await?
         });
         tx.commit().await?;
-        Ok(done)
+        Ok(AuditEntry {
+            id: audit_id,
+            action: action_name.to_owned(),
+            actor: actor.to_owned(),
+            reason: reason.to_owned(),
+            at: from_ms(now),
+            count: done.len() as u64,
+            dead_letter_ids: done,
+        })
     }
 
     /// The audit log, newest first.
