@@ -604,8 +604,10 @@ impl Outbox {
         )
     }
 
-    /// Delivers in this task until no delivery is pending (every one completed or
-    /// dead-lettered), waiting for scheduled retries. Returns the totals.
+    /// Delivers in this task until no delivery can make progress: every one is completed,
+    /// dead-lettered, or waits behind a dead letter of its (handler, aggregate) (see
+    /// [`OutboxStats::blocked`](crate::OutboxStats::blocked)). Waits for scheduled retries.
+    /// Returns the totals.
     ///
     /// # Errors
     /// [`OutboxError::Store`]; [`OutboxError::Config`] when `timeout` passes with deliveries
@@ -621,13 +623,13 @@ impl Outbox {
             }
             let stats = self.inner.store.stats().await?;
             record_backlog(&stats);
-            if stats.pending == 0 {
+            if stats.pending == stats.blocked {
                 return Ok(total);
             }
             if Instant::now() >= deadline {
                 return Err(OutboxError::Config(format!(
                     "drain timed out with {} deliveries pending",
-                    stats.pending
+                    stats.pending - stats.blocked
                 )));
             }
             tokio::time::sleep(Duration::from_millis(10)).await;

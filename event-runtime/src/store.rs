@@ -151,7 +151,8 @@ impl Tx {
     }
 
     /// Runs one query with `$N` placeholders and returns the first column of the first row
-    /// as an integer, if there is a row (`SELECT count(*) …`, `SELECT amount …`).
+    /// as an integer, if there is a row (`SELECT count(*) …`, `SELECT amount …`). On
+    /// PostgreSQL `SUM` of a `BIGINT` is `NUMERIC`: write `CAST(SUM(x) AS BIGINT)`.
     ///
     /// # Errors
     /// The database refused the query, or the column is not an integer.
@@ -687,8 +688,13 @@ impl Store {
             FROM event_deliveries GROUP BY handler, status ORDER BY handler, status";
         const DEAD: &str = "SELECT COUNT(*) FROM event_dead_letters WHERE resolved_at IS NULL";
         const EVENTS: &str = "SELECT COUNT(*) FROM event_outbox";
+        const BLOCKED: &str = "SELECT COUNT(*) FROM event_deliveries d
+            WHERE d.status = 'pending' AND EXISTS (
+                SELECT 1 FROM event_deliveries p
+                WHERE p.handler = d.handler AND p.aggregate_type = d.aggregate_type
+                  AND p.aggregate_id = d.aggregate_id AND p.sequence < d.sequence AND p.status = 'dead')";
         let now = now_ms();
-        let (rows, dead, events) = on_pool!(self, |p| {
+        let (rows, dead, events, blocked) = on_pool!(self, |p| {
             let rows = sqlx::query(PER_HANDLER).fetch_all(p).await?;
             let rows = rows
                 .into_iter()
@@ -703,11 +709,13 @@ impl Store {
                 .collect::<Result<Vec<_>, sqlx::Error>>()?;
             let dead: i64 = sqlx::query_scalar(DEAD).fetch_one(p).await?;
             let events: i64 = sqlx::query_scalar(EVENTS).fetch_one(p).await?;
-            (rows, dead, events)
+            let blocked: i64 = sqlx::query_scalar(BLOCKED).fetch_one(p).await?;
+            (rows, dead, events, blocked)
         });
         let mut stats = OutboxStats {
             events: events as u64,
             dead_letters: dead as u64,
+            blocked: blocked as u64,
             ..OutboxStats::default()
         };
         let mut oldest: Option<i64> = None;
@@ -1033,6 +1041,9 @@ pub struct OutboxStats {
     pub events: u64,
     /// Deliveries not completed yet (due, leased or waiting for a retry).
     pub pending: u64,
+    /// Pending deliveries that wait behind a dead letter of the same (handler, aggregate):
+    /// they flow once it is replayed or purged.
+    pub blocked: u64,
     /// Age of the oldest pending delivery, in seconds.
     pub oldest_pending_age_secs: Option<f64>,
     /// Dead letters not replayed or purged.

@@ -1,0 +1,79 @@
+//! Shared by the store suites: one store per backend, each isolated (a fresh SQLite file, a
+//! fresh PostgreSQL schema), and the rule for skipping PostgreSQL.
+
+#![allow(dead_code)]
+
+use event_runtime::Store;
+
+/// The PostgreSQL URL from `EVENTS_TEST_POSTGRES_URL`, or `None` after printing why the
+/// PostgreSQL case is skipped. With `EVENTS_TEST_REQUIRE_SERVICES=1` a missing URL fails.
+pub fn postgres_url(test: &str) -> Option<String> {
+    match std::env::var("EVENTS_TEST_POSTGRES_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            if std::env::var("EVENTS_TEST_REQUIRE_SERVICES").as_deref() == Ok("1") {
+                panic!("{test}: EVENTS_TEST_REQUIRE_SERVICES=1 but EVENTS_TEST_POSTGRES_URL is not set");
+            }
+            eprintln!("{test}: PostgreSQL case skipped: EVENTS_TEST_POSTGRES_URL is not set");
+            None
+        }
+    }
+}
+
+/// A unique, lower-case name for a schema or file.
+pub fn unique(test: &str) -> String {
+    format!("{}_{}", test, uuid::Uuid::now_v7().simple()).to_lowercase()
+}
+
+/// A fresh SQLite file store.
+pub async fn sqlite(test: &str) -> (String, Store) {
+    let path = std::env::temp_dir().join(format!("{}.db", unique(test)));
+    let url = format!("sqlite://{}", path.display());
+    let store = Store::connect(&url).await.expect("open SQLite");
+    (url, store)
+}
+
+/// A fresh PostgreSQL schema store, when PostgreSQL is configured.
+pub async fn postgres(test: &str) -> Option<(String, String, Store)> {
+    let url = postgres_url(test)?;
+    let schema = unique(test);
+    let store = Store::connect_postgres_schema(&url, &schema)
+        .await
+        .unwrap_or_else(|e| panic!("{test}: PostgreSQL at {url} is unreachable: {e}"));
+    Some((url, schema, store))
+}
+
+/// Which backend a case runs on, and how to open another store on the same database (a
+/// restarted process, a second worker pool).
+#[derive(Clone, Debug)]
+pub enum Db {
+    Sqlite(String),
+    Postgres { url: String, schema: String },
+}
+
+impl Db {
+    pub async fn open(&self) -> Store {
+        match self {
+            Db::Sqlite(url) => Store::connect(url).await.expect("reopen SQLite"),
+            Db::Postgres { url, schema } => Store::connect_postgres_schema(url, schema)
+                .await
+                .expect("reopen PostgreSQL"),
+        }
+    }
+
+    pub fn label(&self) -> &'static str {
+        match self {
+            Db::Sqlite(_) => "sqlite",
+            Db::Postgres { .. } => "postgres",
+        }
+    }
+}
+
+/// SQLite always; PostgreSQL when configured.
+pub async fn databases(test: &str) -> Vec<Db> {
+    let mut out = vec![Db::Sqlite(sqlite(test).await.0)];
+    if let Some((url, schema, _)) = postgres(test).await {
+        out.push(Db::Postgres { url, schema });
+    }
+    out
+}
