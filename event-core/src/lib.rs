@@ -49,8 +49,8 @@ pub use envelope::{AnyEnvelope, Envelope, Headers, Metadata, RawEnvelope, DEFAUL
 pub use error::{DecodeError, ErrorKind, HandlerError, HeaderError};
 pub use event::{check_event_name, DomainEvent, EventDescriptor};
 pub use handler::{
-    DeliveryMode, EventArg, Handler, HandlerCall, HandlerContext, HandlerDescriptor,
-    HandlerFuture, IntoHandlerResult, Resource, ResourceDescriptor,
+    DeliveryMode, EventArg, Handler, HandlerCall, HandlerContext, HandlerDescriptor, HandlerFuture,
+    IntoHandlerResult, Resource, ResourceDescriptor,
 };
 pub use recorder::EventRecorder;
 
@@ -86,14 +86,16 @@ pub fn registered_handlers() -> impl Iterator<Item = &'static HandlerDescriptor>
 
 // Not public API: paths used by the code the macros generate.
 #[doc(hidden)]
+// The adapters' `new` are called in `const` items, where `Default::default` cannot be.
+#[allow(clippy::new_without_default)]
 pub mod __private {
     pub use inventory;
     pub use serde;
     pub use serde_json;
 
     pub use crate::{
-        DeliveryMode, DomainEvent, Envelope, EventArg, EventDescriptor, EventRegistration,
-        Handler, HandlerCall, HandlerContext, HandlerDescriptor, HandlerError, HandlerFuture,
+        DeliveryMode, DomainEvent, Envelope, EventArg, EventDescriptor, EventRegistration, Handler,
+        HandlerCall, HandlerContext, HandlerDescriptor, HandlerError, HandlerFuture,
         HandlerRegistration, IntoHandlerResult, Resource, ResourceDescriptor,
     };
 
@@ -110,12 +112,132 @@ pub mod __private {
     pub trait SerdeEvent: serde::Serialize + serde::de::DeserializeOwned {}
     impl<T: serde::Serialize + serde::de::DeserializeOwned> SerdeEvent for T {}
 
-    /// Called by the derive so that a missing serde impl is reported once, at the derive.
-    pub const fn assert_serde<T: ?Sized + SerdeEvent>() {}
-    /// Called by `#[event_handler]` per parameter so that errors point at the parameter.
-    pub const fn assert_event_arg<T: ?Sized + EventArg>() {}
-    /// Called by `#[event_handler]` per resource parameter.
-    pub const fn assert_resource<T: ?Sized + Resource>() {}
-    /// Called by `#[event_handler]` for the return type.
-    pub fn assert_handler_result<T: IntoHandlerResult>() {}
+    /// The event's descriptor function, for its registration. `#[derive(DomainEvent)]` calls it
+    /// at the type's name: `SerdeEvent` comes first so that a missing serde impl is reported
+    /// there with its message, and the `DomainEvent` bound, implied by it, adds no error.
+    pub const fn describe_event<T: SerdeEvent + DomainEvent>() -> fn() -> EventDescriptor {
+        EventDescriptor::of::<T>
+    }
+
+    // The builtin macros generated code calls, so that a user macro of the same name in scope
+    // does not replace them.
+    pub use core::result::Result;
+    pub use core::{concat, file, line, module_path};
+
+    // Parameter adapters. `#[event_handler]` builds one `const` per parameter; building it is
+    // the only place the generated code states the trait bound, so a wrong parameter type is
+    // reported once, at the parameter, and the entry point and the descriptor (which read the
+    // adapter's fields) repeat nothing that could fail again.
+
+    /// The event parameter (`&E` or `&Envelope<E>`) of a handler.
+    pub struct EventParam<A: ?Sized + 'static> {
+        /// Borrows the parameter from the context's envelope.
+        pub get: for<'b> fn(&HandlerContext<'b>) -> Result<&'b A, HandlerError>,
+        /// The descriptor of the event type.
+        pub describe: fn() -> EventDescriptor,
+        /// `true` for `Envelope<E>`.
+        pub takes_envelope: bool,
+    }
+
+    impl<A: ?Sized + 'static> EventParam<A> {
+        /// The adapter; requires `A: EventArg`.
+        pub const fn new() -> Self
+        where
+            A: EventArg,
+        {
+            EventParam {
+                get: event_arg::<A>,
+                describe: EventDescriptor::of::<A::Event>,
+                takes_envelope: A::IS_ENVELOPE,
+            }
+        }
+    }
+
+    fn event_arg<'b, A: ?Sized + EventArg>(
+        ctx: &HandlerContext<'b>,
+    ) -> Result<&'b A, HandlerError> {
+        ctx.envelope::<A::Event>().map(A::from_envelope)
+    }
+
+    /// A `&T` resource parameter of a handler.
+    pub struct ResourceParam<T: 'static> {
+        /// Borrows the resource at an index (parameter order) from the context.
+        pub get: for<'b> fn(&HandlerContext<'b>, usize) -> Result<&'b T, HandlerError>,
+        /// The descriptor of `T`.
+        pub descriptor: ResourceDescriptor,
+    }
+
+    impl<T: 'static> ResourceParam<T> {
+        /// The adapter; requires `T: Resource`.
+        pub const fn new() -> Self
+        where
+            T: Resource,
+        {
+            ResourceParam {
+                get: resource::<T>,
+                descriptor: ResourceDescriptor::of::<T>(),
+            }
+        }
+    }
+
+    fn resource<'b, T: Resource>(
+        ctx: &HandlerContext<'b>,
+        index: usize,
+    ) -> Result<&'b T, HandlerError> {
+        ctx.resource::<T>(index)
+    }
+
+    /// The type of a handler's `&mut T` parameter: the open transaction or connection.
+    #[diagnostic::on_unimplemented(
+        message = "`{Self}` cannot be the transaction parameter of an event handler",
+        label = "the runtime may hand the open transaction to another thread: it must be `Send + 'static`",
+        note = "take the transaction or connection type the runtime provides, such as a database transaction"
+    )]
+    pub trait TransactionArg: Send + 'static {}
+    impl<T: Send + 'static> TransactionArg for T {}
+
+    /// The `&mut T` transaction parameter of a handler.
+    pub struct TransactionParam<T: 'static> {
+        /// Takes the transaction from the context.
+        pub take: for<'b> fn(&mut HandlerContext<'b>) -> Result<&'b mut T, HandlerError>,
+        /// The descriptor of `T`.
+        pub descriptor: ResourceDescriptor,
+    }
+
+    impl<T: 'static> TransactionParam<T> {
+        /// The adapter; requires `T: TransactionArg`.
+        pub const fn new() -> Self
+        where
+            T: TransactionArg,
+        {
+            TransactionParam {
+                take: transaction::<T>,
+                descriptor: ResourceDescriptor::of::<T>(),
+            }
+        }
+    }
+
+    fn transaction<'b, T: TransactionArg>(
+        ctx: &mut HandlerContext<'b>,
+    ) -> Result<&'b mut T, HandlerError> {
+        ctx.take_transaction::<T>()
+    }
+
+    /// A handler's return type.
+    pub struct ReturnParam<R> {
+        /// Converts the returned value.
+        pub convert: fn(R) -> Result<(), HandlerError>,
+    }
+
+    impl<R> ReturnParam<R> {
+        /// The adapter; requires `R: IntoHandlerResult`.
+        pub const fn new() -> Self
+        where
+            R: IntoHandlerResult,
+        {
+            ReturnParam {
+                convert: R::into_handler_result,
+            }
+        }
+    }
 }

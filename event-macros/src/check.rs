@@ -1,0 +1,372 @@
+//! The rules an event and a handler must follow, over the whole model at once (a name, its
+//! default aggregate, the fields; the parameters and their order). Reports each violation at
+//! the offending token and returns what `expand` needs, with harmless defaults on error.
+
+use proc_macro2::{Span, TokenStream, TokenTree};
+use quote::{quote, ToTokens};
+use syn::{LitStr, ReturnType, Safety, Type, TypeReference};
+
+use crate::ast::{Event, Field, Handler};
+use crate::ctxt::Ctxt;
+
+/// What the derive emits for one event.
+pub(crate) struct EventSpec<'a> {
+    pub(crate) name: String,
+    pub(crate) version: u32,
+    pub(crate) aggregate_type: String,
+    pub(crate) aggregate_id: Option<&'a Field<'a>>,
+    /// The type has no generics, so an impl (real or stub) can be written for it.
+    pub(crate) concrete: bool,
+}
+
+const NAME_CONVENTION: &str = "event names are lower-case, dot-separated `context.action`, \
+     like \"order.placed\" or \"billing.invoice_sent\"";
+
+pub(crate) fn event<'a>(cx: &Ctxt, event: &'a Event<'a>) -> EventSpec<'a> {
+    let generics = event.generics;
+    let mut concrete = true;
+    if !generics.params.is_empty() {
+        concrete = false;
+        cx.error_spanned_by(
+            generics,
+            "domain events cannot be generic: an event name and version identify one concrete \
+             type on the wire",
+        );
+    } else if let Some(where_clause) = &generics.where_clause {
+        cx.error_spanned_by(
+            where_clause,
+            "domain events cannot have a `where` clause: an event is one concrete type",
+        );
+    }
+
+    let attrs = &event.attrs;
+    let name = match &attrs.name {
+        Some(lit) => {
+            let name = lit.value();
+            if let Err(reason) = check_event_name(&name) {
+                cx.error_spanned_by(
+                    lit,
+                    format_args!("invalid event name {name:?}: {reason}; {NAME_CONVENTION}"),
+                );
+            }
+            name
+        }
+        None => {
+            if !attrs.malformed {
+                cx.error_spanned_by(
+                    event.ident,
+                    format_args!(
+                        "missing event name: add `{}` to `{}`",
+                        crate::attr::EVENT_USAGE,
+                        event.ident
+                    ),
+                );
+            }
+            String::new()
+        }
+    };
+
+    let version = match &attrs.version {
+        Some(int) => match u32::try_from(int.value) {
+            Ok(0) => {
+                cx.error_spanned_by(
+                    &int.tokens,
+                    "event versions start at 1: `version = 1` is the first shape of an event, \
+                     and each incompatible change adds one",
+                );
+                1
+            }
+            Ok(version) => version,
+            Err(_) => {
+                cx.error_spanned_by(
+                    &int.tokens,
+                    format_args!("event version must be between 1 and {}", u32::MAX),
+                );
+                1
+            }
+        },
+        None => 1,
+    };
+
+    let aggregate_type = match &attrs.aggregate {
+        Some(lit) => {
+            let aggregate = lit.value();
+            if let Err(reason) = check_segment(&aggregate) {
+                cx.error_spanned_by(
+                    lit,
+                    format_args!(
+                        "invalid aggregate type {aggregate:?}: {reason}; aggregate types are \
+                         lower-case identifiers like \"order\" or \"shopping_cart\""
+                    ),
+                );
+            }
+            aggregate
+        }
+        None => name.split('.').next().unwrap_or_default().to_owned(),
+    };
+
+    let mut aggregate_id: Option<&Field> = None;
+    for field in &event.fields {
+        let Some(key) = &field.aggregate_id else {
+            continue;
+        };
+        match aggregate_id {
+            None => aggregate_id = Some(field),
+            Some(first) => cx.error_spanned_by(
+                key,
+                format_args!(
+                    "only one field can be `#[event(aggregate_id)]`: `{}` already is",
+                    first.ident
+                ),
+            ),
+        }
+    }
+    if event.named && aggregate_id.is_none() {
+        cx.error_spanned_by(
+            event.ident,
+            format_args!(
+                "missing aggregate id: mark the field of `{}` that identifies the aggregate \
+                 instance with `#[event(aggregate_id)]`",
+                event.ident
+            ),
+        );
+    }
+
+    EventSpec {
+        name,
+        version,
+        aggregate_type,
+        aggregate_id,
+        concrete,
+    }
+}
+
+/// The same rule as `event_core::check_event_name` (this crate cannot depend on event-core):
+/// lower-case ASCII letters, digits and `_`, in two or more non-empty segments separated by
+/// single dots, each segment starting with a letter.
+fn check_event_name(name: &str) -> Result<(), &'static str> {
+    if name.is_empty() {
+        return Err("the name is empty");
+    }
+    let mut segments = 0;
+    for segment in name.split('.') {
+        segments += 1;
+        check_segment(segment)?;
+    }
+    if segments < 2 {
+        return Err("the name needs at least two segments, `context.action`");
+    }
+    Ok(())
+}
+
+fn check_segment(segment: &str) -> Result<(), &'static str> {
+    let mut chars = segment.chars();
+    match chars.next() {
+        None => return Err("a segment is empty (leading, trailing or doubled `.`)"),
+        Some(c) if !c.is_ascii_lowercase() => {
+            return Err("each segment must start with a lower-case ASCII letter")
+        }
+        Some(_) => {}
+    }
+    if !chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_') {
+        return Err("segments may only hold lower-case ASCII letters, digits and `_`");
+    }
+    Ok(())
+}
+
+/// What a handler parameter is to the runtime.
+pub(crate) enum Role<'a> {
+    /// `&E` or `&Envelope<E>`: the type behind the reference.
+    Event(&'a Type),
+    /// `&T`: the index among resources and `T`.
+    Resource(usize, &'a Type),
+    /// `&mut T`: the open transaction.
+    Transaction(&'a Type),
+}
+
+/// What `#[event_handler]` emits for one function.
+pub(crate) struct HandlerSpec<'a> {
+    /// In parameter order.
+    pub(crate) params: Vec<Role<'a>>,
+    pub(crate) priority: i32,
+    pub(crate) name: Option<&'a LitStr>,
+    pub(crate) in_transaction: bool,
+    /// The return type, `None` for `()` written as nothing.
+    pub(crate) output: Option<&'a Type>,
+}
+
+pub(crate) fn handler<'a>(cx: &Ctxt, handler: &'a Handler<'a>) -> HandlerSpec<'a> {
+    let sig = &handler.item.sig;
+    let fn_name = &sig.ident;
+
+    if let Safety::Unsafe(unsafe_token) = &sig.safety {
+        cx.error_spanned_by(
+            unsafe_token,
+            "event handlers cannot be `unsafe fn`: the runtime has no way to uphold their \
+             safety contract; make the function safe and use an `unsafe` block inside",
+        );
+    }
+    let generics = &sig.generics;
+    if !generics.params.is_empty() {
+        cx.error_spanned_by(
+            generics,
+            "event handlers cannot be generic: the runtime calls one concrete function per event \
+             type; write one handler per event, or call a generic function from a concrete one",
+        );
+    }
+    if let Some(where_clause) = &generics.where_clause {
+        cx.error_spanned_by(
+            where_clause,
+            "event handlers cannot have a `where` clause: the runtime calls one concrete function",
+        );
+    }
+
+    let mut params = Vec::new();
+    let mut transaction: Option<&TypeReference> = None;
+    let mut resources = 0;
+    if sig.inputs.is_empty() {
+        cx.syn_error(syn::Error::new(
+            sig.paren_token.span.join(),
+            format_args!(
+                "an event handler takes the event as its first parameter: \
+                 `fn {fn_name}(event: &OrderPlaced)`"
+            ),
+        ));
+    }
+    for (index, param) in handler.params.iter().enumerate() {
+        let ty = ungroup(&param.ty);
+        if let Some(impl_token) = find_impl(ty.to_token_stream()) {
+            cx.syn_error(syn::Error::new(
+                impl_token,
+                "event handlers cannot be generic: `impl Trait` in a parameter makes the function \
+                 generic; name the concrete type",
+            ));
+            continue;
+        }
+        let reference = match ty {
+            Type::Reference(reference) => Some(reference),
+            _ => None,
+        };
+        // The first typed parameter is the event unless a receiver came first (reported).
+        if index == 0 && sig.receiver().is_none() {
+            match reference {
+                Some(r) if r.mutability.is_none() => params.push(Role::Event(&r.elem)),
+                Some(r) => {
+                    let (and, mutability) = (&r.and_token, &r.mutability);
+                    cx.error_spanned_by(
+                        quote!(#and #mutability),
+                        format_args!(
+                            "the event parameter is borrowed shared, `&{}`: every handler of an \
+                             event sees the same value, so none may change it",
+                            tokens_text(&r.elem)
+                        ),
+                    );
+                }
+                None => cx.error_spanned_by(
+                    ty,
+                    format_args!(
+                        "the event parameter must be borrowed, `&{0}` (or `&Envelope<{0}>` for \
+                         its metadata): the runtime keeps the event to deliver it to other \
+                         handlers",
+                        tokens_text(ty)
+                    ),
+                ),
+            }
+            continue;
+        }
+        match reference {
+            Some(r) if r.mutability.is_none() => {
+                params.push(Role::Resource(resources, &r.elem));
+                resources += 1;
+            }
+            Some(r) => match transaction {
+                None => {
+                    transaction = Some(r);
+                    params.push(Role::Transaction(&r.elem));
+                }
+                Some(first) => {
+                    let (and, mutability) = (&r.and_token, &r.mutability);
+                    cx.error_spanned_by(
+                        quote!(#and #mutability),
+                        format_args!(
+                            "a handler takes at most one `&mut` parameter, the open transaction, \
+                             and `&mut {}` already is; take other parameters as `&T` resources",
+                            tokens_text(&first.elem)
+                        ),
+                    );
+                }
+            },
+            None => cx.error_spanned_by(
+                ty,
+                format_args!(
+                    "resource parameters must be borrowed, `&{}`: the runtime shares one \
+                     instance between handlers and workers",
+                    tokens_text(ty)
+                ),
+            ),
+        }
+    }
+
+    let attrs = &handler.attrs;
+    let priority = match &attrs.priority {
+        Some(int) => i32::try_from(int.value).unwrap_or_else(|_| {
+            cx.error_spanned_by(
+                &int.tokens,
+                format_args!("priority must be between {} and {}", i32::MIN, i32::MAX),
+            );
+            0
+        }),
+        None => 0,
+    };
+    if let Some(name) = &attrs.name {
+        if name.value().trim().is_empty() {
+            cx.error_spanned_by(
+                name,
+                "handler name is empty: it is the first half of the idempotency key, pick a \
+                 stable one like \"billing.on_order_placed\", or leave `name` out to use the \
+                 module path and function name",
+            );
+        }
+    }
+
+    HandlerSpec {
+        params,
+        priority,
+        name: attrs.name.as_ref(),
+        in_transaction: attrs.in_transaction,
+        output: match &sig.output {
+            ReturnType::Default => None,
+            ReturnType::Type(_, ty) => Some(ty),
+        },
+    }
+}
+
+/// Types from `macro_rules!` arrive wrapped in invisible groups.
+fn ungroup(ty: &Type) -> &Type {
+    match ty {
+        Type::Group(group) => ungroup(&group.elem),
+        Type::Paren(paren) => ungroup(&paren.elem),
+        ty => ty,
+    }
+}
+
+/// The span of the first `impl` keyword in `tokens`, at any depth.
+pub(crate) fn find_impl(tokens: TokenStream) -> Option<Span> {
+    tokens.into_iter().find_map(|tt| match tt {
+        TokenTree::Ident(ident) if ident == "impl" => Some(ident.span()),
+        TokenTree::Group(group) => find_impl(group.stream()),
+        _ => None,
+    })
+}
+
+/// A type as the user would write it, for messages.
+fn tokens_text(tokens: &impl ToTokens) -> String {
+    let text = tokens.to_token_stream().to_string();
+    // `TokenStream`'s `Display` spaces every token; close up the common cases.
+    text.replace(" :: ", "::")
+        .replace(" < ", "<")
+        .replace("< ", "<")
+        .replace(" >", ">")
+        .replace(" ,", ",")
+        .replace("& ", "&")
+}

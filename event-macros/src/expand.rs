@@ -1,0 +1,385 @@
+//! Writes the generated code: the `DomainEvent` impl and its registration; a handler's entry
+//! point, descriptor and registration. Every path goes through the facade
+//! (`_event_core::__private`), every name it introduces starts with `__`.
+
+use proc_macro2::{Ident, Span, TokenStream, TokenTree};
+use quote::{format_ident, quote, quote_spanned, ToTokens};
+use syn::ext::IdentExt;
+use syn::spanned::Spanned;
+use syn::{DeriveInput, Item, ItemFn, Path, Type};
+
+use crate::ast::{Event, Handler};
+use crate::attr;
+use crate::check::{self, EventSpec, HandlerSpec, Role};
+use crate::ctxt::Ctxt;
+
+/// `use <path> as _event_core;`, the one place the facade's path is written.
+fn use_facade(path: Option<&Path>) -> TokenStream {
+    match path {
+        Some(path) => quote!(use #path as _event_core;),
+        None => quote!(
+            use ::event_core as _event_core;
+        ),
+    }
+}
+
+pub(crate) fn derive_domain_event(input: &DeriveInput) -> syn::Result<TokenStream> {
+    let cx = Ctxt::new();
+    let event = Event::from_ast(&cx, input);
+    let spec = check::event(&cx, &event);
+    Ok(match cx.check() {
+        Ok(()) => event_impl(&event, &spec, true),
+        Err(errors) => {
+            // Keep an impl next to the errors, so that uses of the type elsewhere do not add
+            // "not a domain event" errors to the real one. It is not registered.
+            let mut tokens = errors.into_compile_error();
+            if spec.concrete {
+                tokens.extend(event_impl(&event, &spec, false));
+            }
+            tokens
+        }
+    })
+}
+
+fn event_impl(event: &Event, spec: &EventSpec, register: bool) -> TokenStream {
+    let ident = event.ident;
+    let facade = use_facade(event.attrs.crate_path.as_ref());
+    let EventSpec {
+        name,
+        version,
+        aggregate_type,
+        ..
+    } = spec;
+    let (id_ty, id_body) = match spec.aggregate_id {
+        Some(field) => {
+            let (field_ident, ty) = (field.ident, field.ty);
+            (quote!(#ty), quote!(&self.#field_ident))
+        }
+        None => (quote!(str), quote!("")),
+    };
+    // Spanned at the type's name: a missing serde impl is reported there, with the
+    // `SerdeEvent` message, once per missing trait. Not for an enum or union, already
+    // rejected: the user would not add serde impls to it.
+    let describe = event.named.then(|| {
+        quote_spanned! {ident.span()=>
+            const __DESCRIBE: fn() -> _event_core::__private::EventDescriptor =
+                _event_core::__private::describe_event::<#ident>();
+        }
+    });
+    let registration = register.then(|| {
+        quote! {
+            _event_core::__private::inventory::submit! {
+                _event_core::__private::EventRegistration { describe: __DESCRIBE }
+            }
+        }
+    });
+    quote! {
+        const _: () = {
+            #facade
+
+            // The bound is the supertraits again, through one trait with a clear message.
+            // Without it a missing serde impl fails the impl itself, with one error per
+            // supertrait and item. With it the impl is well-formed and applies only if the
+            // bound holds; `describe_event` reports the bound. `for<'__a>` keeps rustc from
+            // rejecting the bound as trivially false where it is written.
+            #[automatically_derived]
+            impl _event_core::__private::DomainEvent for #ident
+            where
+                for<'__a> #ident: _event_core::__private::SerdeEvent,
+            {
+                const NAME: &'static str = #name;
+                const VERSION: u32 = #version;
+                const AGGREGATE_TYPE: &'static str = #aggregate_type;
+                type AggregateId = #id_ty;
+                #[inline]
+                fn aggregate_id(&self) -> &Self::AggregateId {
+                    #id_body
+                }
+            }
+
+            #describe
+            #registration
+        };
+    }
+}
+
+pub(crate) fn event_handler(args: TokenStream, input: TokenStream) -> syn::Result<TokenStream> {
+    let item = match syn::parse2::<Item>(input.clone())? {
+        Item::Fn(item) => item,
+        item => {
+            let error = syn::Error::new_spanned(
+                item_head(&item),
+                "`#[event_handler]` goes on a free `fn` or `async fn` whose first parameter is \
+                 the event: `fn on_order_placed(event: &OrderPlaced)`",
+            );
+            let error = error.into_compile_error();
+            return Ok(quote!(#input #error));
+        }
+    };
+    let cx = Ctxt::new();
+    let attrs = attr::handler_attrs(&cx, args);
+    let handler = Handler::from_ast(&cx, &item, attrs);
+    let spec = check::handler(&cx, &handler);
+    // A method is inside an `impl` block, where a struct cannot go: keep the one error.
+    let marker = item.sig.receiver().is_none().then(|| marker_struct(&item));
+    Ok(match cx.check() {
+        Ok(()) => {
+            let registration = handler_registration(&handler, &spec);
+            quote! {
+                #input
+                #marker
+                #registration
+            }
+        }
+        Err(errors) => {
+            // The function stays as written (it compiles on its own, and unit tests call it);
+            // the marker type keeps `handler::<name>()` from adding unrelated errors.
+            let errors = errors.into_compile_error();
+            quote! {
+                #input
+                #marker
+                #errors
+            }
+        }
+    })
+}
+
+/// The first tokens of an item that is not a function, to point at.
+fn item_head(item: &Item) -> TokenStream {
+    match item {
+        Item::Struct(item) => {
+            let (token, ident) = (&item.struct_token, &item.ident);
+            quote!(#token #ident)
+        }
+        Item::Enum(item) => {
+            let (token, ident) = (&item.enum_token, &item.ident);
+            quote!(#token #ident)
+        }
+        Item::Impl(item) => item.impl_token.to_token_stream(),
+        Item::Mod(item) => {
+            let (token, ident) = (&item.mod_token, &item.ident);
+            quote!(#token #ident)
+        }
+        Item::Trait(item) => {
+            let (token, ident) = (&item.trait_token, &item.ident);
+            quote!(#token #ident)
+        }
+        Item::Const(item) => {
+            let (token, ident) = (&item.const_token, &item.ident);
+            quote!(#token #ident)
+        }
+        Item::Static(item) => {
+            let (token, ident) = (&item.static_token, &item.ident);
+            quote!(#token #ident)
+        }
+        Item::Type(item) => {
+            let (token, ident) = (&item.type_token, &item.ident);
+            quote!(#token #ident)
+        }
+        item => item.to_token_stream(),
+    }
+}
+
+/// A braced struct named like the function: it lives in the type namespace only, so it does
+/// not clash with the function, and `Handler` is implemented on it.
+fn marker_struct(item: &ItemFn) -> TokenStream {
+    let vis = &item.vis;
+    let ident = &item.sig.ident;
+    quote! {
+        #[doc(hidden)]
+        #[allow(non_camel_case_types, dead_code)]
+        #vis struct #ident {}
+    }
+}
+
+fn handler_registration(handler: &Handler, spec: &HandlerSpec) -> TokenStream {
+    let item = handler.item;
+    let sig = &item.sig;
+    let ident = &sig.ident;
+    let facade = use_facade(handler.attrs.crate_path.as_ref());
+    let is_async = sig.asyncness.is_some();
+
+    // One adapter `const` per parameter, spanned at the parameter's type: the only place the
+    // generated code states a trait bound on it, so a wrong type is reported once, there.
+    let mut adapters = Vec::new();
+    let mut extract_tx = None;
+    let mut extract = Vec::new();
+    let mut args = Vec::new();
+    let mut resources = Vec::new();
+    let mut transaction = quote!(_event_core::__private::None);
+    let mut event = None;
+    for role in &spec.params {
+        match role {
+            Role::Event(ty) => {
+                adapters.push(adapter("__EVENT", "EventParam", ty));
+                extract.push(quote!(let __event = (__EVENT.get)(__ctx)?;));
+                args.push(quote!(__event));
+                event = Some(());
+            }
+            Role::Resource(index, ty) => {
+                let name = format!("__RESOURCE_{index}");
+                let local = format_ident!("__resource_{}", index);
+                adapters.push(adapter(&name, "ResourceParam", ty));
+                let name = format_ident!("{}", name);
+                extract.push(quote!(let #local = (#name.get)(__ctx, #index)?;));
+                args.push(quote!(#local));
+                resources.push(quote!(#name.descriptor));
+            }
+            Role::Transaction(ty) => {
+                adapters.push(adapter("__TRANSACTION", "TransactionParam", ty));
+                // Taken first: it needs the context mutably, the others share it.
+                extract_tx = Some(quote!(let __transaction = (__TRANSACTION.take)(__ctx)?;));
+                args.push(quote!(__transaction));
+                transaction = quote!(_event_core::__private::Some(__TRANSACTION.descriptor));
+            }
+        }
+    }
+    // `check` reported a handler without a usable event parameter; nothing to emit.
+    if event.is_none() {
+        return TokenStream::new();
+    }
+
+    let call = if is_async {
+        quote!(#ident(#(#args),*).await)
+    } else {
+        quote!(#ident(#(#args),*))
+    };
+    let convert = match spec.output {
+        None => quote!({
+            #call;
+            _event_core::__private::Ok(())
+        }),
+        Some(ty) if nameable(ty) => {
+            adapters.push(adapter("__RETURN", "ReturnParam", ty));
+            quote!((__RETURN.convert)(#call))
+        }
+        // `impl Trait` or elided lifetimes cannot be named in a `const`: convert in place.
+        Some(ty) => {
+            quote_spanned!(ty.span()=> _event_core::__private::IntoHandlerResult::into_handler_result(#call))
+        }
+    };
+
+    // Spanned at the user's `async`: a future that is not `Send` is reported there.
+    let async_span = sig
+        .asyncness
+        .map_or_else(Span::call_site, |token| token.span);
+    let body = quote! {{
+        #extract_tx
+        #(#extract)*
+        #convert
+    }};
+    let boxed = quote_spanned!(async_span=> _event_core::__private::Box::pin(async move #body));
+    let (entry, handler_call) = if is_async {
+        (
+            quote! {
+                fn __call<'__a, '__b>(
+                    __ctx: &'__a mut _event_core::__private::HandlerContext<'__b>,
+                ) -> _event_core::__private::HandlerFuture<'__a> {
+                    #boxed
+                }
+            },
+            quote!(_event_core::__private::HandlerCall::Async(__call)),
+        )
+    } else {
+        (
+            quote! {
+                fn __call(
+                    __ctx: &mut _event_core::__private::HandlerContext<'_>,
+                ) -> _event_core::__private::Result<(), _event_core::__private::HandlerError> {
+                    #extract_tx
+                    #(#extract)*
+                    #convert
+                }
+            },
+            quote!(_event_core::__private::HandlerCall::Sync(__call)),
+        )
+    };
+
+    let name = match spec.name {
+        Some(lit) => quote!(#lit),
+        None => {
+            let suffix = format!("::{}", ident.unraw());
+            quote!(_event_core::__private::concat!(_event_core::__private::module_path!(), #suffix))
+        }
+    };
+    let priority = spec.priority;
+    let mode = if spec.in_transaction {
+        quote!(InTransaction)
+    } else {
+        quote!(AfterCommit)
+    };
+    // `line!()` at the function's name reports the function's line, not the attribute's.
+    let location = quote_spanned! {ident.span()=>
+        file: _event_core::__private::file!(),
+        line: _event_core::__private::line!(),
+    };
+
+    quote! {
+        const _: () = {
+            #facade
+
+            #(#adapters)*
+
+            #entry
+
+            static __DESCRIPTOR: _event_core::__private::HandlerDescriptor =
+                _event_core::__private::HandlerDescriptor {
+                    name: #name,
+                    event: __EVENT.describe,
+                    priority: #priority,
+                    mode: _event_core::__private::DeliveryMode::#mode,
+                    resources: &[#(#resources),*],
+                    transaction: #transaction,
+                    takes_envelope: __EVENT.takes_envelope,
+                    call: #handler_call,
+                    #location
+                };
+
+            #[automatically_derived]
+            impl _event_core::__private::Handler for #ident {
+                const DESCRIPTOR: &'static _event_core::__private::HandlerDescriptor = &__DESCRIPTOR;
+            }
+
+            _event_core::__private::inventory::submit! {
+                _event_core::__private::HandlerRegistration { descriptor: &__DESCRIPTOR }
+            }
+        };
+    }
+}
+
+/// `const NAME: Adapter<T> = Adapter::new();`, where `new` states the bound `T` must meet.
+/// Its path is spanned from the first to the last token of the user's `T`: rustc reports an
+/// unmet bound at the path, so the error underlines the whole type.
+fn adapter(name: &str, adapter: &str, ty: &Type) -> TokenStream {
+    let mut tokens = ty.to_token_stream().into_iter();
+    let first = tokens.next().map_or_else(Span::call_site, |tt| tt.span());
+    let last = tokens.last().map_or(first, |tt| tt.span());
+    let name = Ident::new(name, first);
+    let adapter = Ident::new(adapter, first);
+    let new = Ident::new("new", last);
+    quote_spanned! {first=>
+        const #name: _event_core::__private::#adapter<#ty> = _event_core::__private::#adapter::#new();
+    }
+}
+
+/// Whether `ty` can be written as the type of a `const`: no `impl Trait`, no elided (`&T`)
+/// or anonymous (`'_`) lifetime.
+fn nameable(ty: &Type) -> bool {
+    fn walk(tokens: TokenStream) -> bool {
+        let mut after_and = false;
+        for tt in tokens {
+            match &tt {
+                TokenTree::Ident(ident) if ident == "impl" || ident == "_" => return false,
+                TokenTree::Group(group) if !walk(group.stream()) => return false,
+                _ => {}
+            }
+            let is_quote = matches!(&tt, TokenTree::Punct(p) if p.as_char() == '\'');
+            if after_and && !is_quote {
+                return false;
+            }
+            after_and = matches!(&tt, TokenTree::Punct(p) if p.as_char() == '&');
+        }
+        !after_and
+    }
+    walk(ty.to_token_stream())
+}
