@@ -39,7 +39,7 @@ pub async fn postgres(test: &str) -> Option<(String, String, Store)> {
     let schema = unique(test);
     let store = Store::connect_postgres_schema(&url, &schema)
         .await
-        .unwrap_or_else(|e| panic!("{test}: PostgreSQL at {url} is unreachable: {e}"));
+        .unwrap_or_else(|e| panic!("{test}: cannot open PostgreSQL at {url}: {e}"));
     Some((url, schema, store))
 }
 

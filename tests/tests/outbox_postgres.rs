@@ -1,0 +1,224 @@
+//! PostgreSQL under concurrency: several workers on separate connection pools share the
+//! tables. Per-aggregate order per handler holds, every effect happens once, and a worker whose
+//! lease expired cannot record a second effect. Skipped (with a message) without
+//! `EVENTS_TEST_POSTGRES_URL`.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use event_core::{event_handler, DomainEvent, Envelope, EventRecorder, HandlerError};
+use event_runtime::{
+    sqlx, Dispatcher, Outbox, OutboxConfig, RetryPolicy, SqlValue, Store, Tx,
+};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+#[derive(Debug, Clone, Serialize, Deserialize, DomainEvent)]
+#[event(name = "parcel.scanned", version = 1)]
+struct Scanned {
+    #[event(aggregate_id)]
+    parcel: String,
+    /// Fail transiently on the first attempt.
+    flaky: bool,
+}
+
+#[derive(Default)]
+struct Seen(Mutex<HashMap<Uuid, u32>>);
+
+#[event_handler(name = "track")]
+async fn track(envelope: &Envelope<Scanned>, tx: &mut Tx, seen: &Seen) -> Result<(), HandlerError> {
+    tx.execute(
+        "INSERT INTO tracking (event_id, parcel, seq) VALUES ($1, $2, $3)",
+        &[
+            SqlValue::Text(&envelope.id().to_string()),
+            SqlValue::Text(&envelope.event().parcel),
+            SqlValue::Int(envelope.sequence() as i64),
+        ],
+    )
+    .await?;
+    let n = {
+        let mut m = seen.0.lock().unwrap();
+        let n = m.entry(envelope.id()).or_default();
+        *n += 1;
+        *n
+    };
+    if envelope.event().flaky && n == 1 {
+        return Err(HandlerError::transient_msg("first scan lost"));
+    }
+    Ok(())
+}
+
+/// Sleeps past its lease on the first call, so that another worker takes the delivery over.
+static SLOW_ONCE: AtomicBool = AtomicBool::new(true);
+
+#[event_handler(name = "slow_track")]
+async fn slow_track(envelope: &Envelope<Scanned>, tx: &mut Tx) -> Result<(), HandlerError> {
+    tx.execute(
+        "INSERT INTO tracking (event_id, parcel, seq) VALUES ($1, $2, $3)",
+        &[
+            SqlValue::Text(&envelope.id().to_string()),
+            SqlValue::Text(&envelope.event().parcel),
+            SqlValue::Int(envelope.sequence() as i64),
+        ],
+    )
+    .await?;
+    if SLOW_ONCE.swap(false, Ordering::SeqCst) {
+        tokio::time::sleep(Duration::from_millis(800)).await;
+    }
+    Ok(())
+}
+
+async fn setup(store: &Store) {
+    let mut tx = store.begin().await.unwrap();
+    tx.execute(
+        "CREATE TABLE IF NOT EXISTS tracking (id BIGSERIAL PRIMARY KEY, event_id TEXT NOT NULL, parcel TEXT NOT NULL, seq BIGINT NOT NULL)",
+        &[],
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+}
+
+fn config(lease_ms: u64) -> OutboxConfig {
+    OutboxConfig {
+        lease: Duration::from_millis(lease_ms),
+        batch_size: 8,
+        retry: RetryPolicy {
+            max_attempts: 5,
+            initial_backoff: Duration::from_millis(5),
+            max_backoff: Duration::from_millis(20),
+        },
+        ..OutboxConfig::default()
+    }
+}
+
+async fn open(url: &str, schema: &str, handlers: Handlers, lease_ms: u64) -> Outbox {
+    let store = Store::connect_postgres_schema(url, schema).await.unwrap();
+    setup(&store).await;
+    let d = match handlers {
+        Handlers::Track => Dispatcher::builder_empty().handler::<track>(),
+        Handlers::Slow => Dispatcher::builder_empty().handler::<slow_track>(),
+    };
+    Outbox::builder(store)
+        .dispatcher(d)
+        .resource(Seen::default())
+        .config(config(lease_ms))
+        .build()
+        .unwrap()
+}
+
+#[derive(Clone, Copy)]
+enum Handlers {
+    Track,
+    Slow,
+}
+
+async fn rows(store: &Store) -> Vec<(String, String, i64)> {
+    let pool = store.pg_pool().unwrap();
+    sqlx::query_as("SELECT event_id, parcel, seq FROM tracking ORDER BY id")
+        .fetch_all(pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_worker_pools_keep_per_aggregate_order_and_deliver_each_event_once() {
+    let Some((url, schema, _)) = common::postgres("two_worker_pools").await else {
+        return;
+    };
+    let a = open(&url, &schema, Handlers::Track, 30_000).await;
+    let b = open(&url, &schema, Handlers::Track, 30_000).await;
+    let mut ids = Vec::new();
+    for p in 0..40 {
+        let mut recorder = EventRecorder::new();
+        for s in 0..5 {
+            recorder.record(Scanned {
+                parcel: format!("p{p}"),
+                flaky: (p + s) % 3 == 0,
+            });
+        }
+        ids.extend(recorder.pending().iter().map(|e| e.metadata().id));
+        let mut uow = a.begin().await.unwrap();
+        uow.extend(recorder.take());
+        uow.commit().await.unwrap();
+    }
+    let (ra, rb) = tokio::join!(
+        a.drain(Duration::from_secs(60)),
+        b.drain(Duration::from_secs(60))
+    );
+    let (ra, rb) = (ra.unwrap(), rb.unwrap());
+    assert_eq!(ra.completed + rb.completed, 200);
+    assert!(ra.completed > 0 && rb.completed > 0, "both pools worked: {ra:?} {rb:?}");
+
+    // Committed effects: exactly one per event (failed attempts rolled back).
+    let rows = rows(a.store()).await;
+    let mut per_event: HashMap<&str, u32> = HashMap::new();
+    for (id, _, _) in &rows {
+        *per_event.entry(id).or_default() += 1;
+    }
+    assert_eq!(per_event.len(), 200);
+    assert!(per_event.values().all(|&n| n == 1));
+    // Per aggregate, the committed order is the sequence order.
+    let mut per_parcel: HashMap<&str, Vec<i64>> = HashMap::new();
+    for (_, parcel, seq) in &rows {
+        per_parcel.entry(parcel).or_default().push(*seq);
+    }
+    for (parcel, seqs) in per_parcel {
+        assert_eq!(seqs, [1, 2, 3, 4, 5], "{parcel}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_pools_racing_for_one_delivery_produce_one_effect() {
+    let Some((url, schema, _)) = common::postgres("race_two_pools").await else {
+        return;
+    };
+    let a = open(&url, &schema, Handlers::Track, 30_000).await;
+    let b = open(&url, &schema, Handlers::Track, 30_000).await;
+    let envelope = Envelope::new(Scanned {
+        parcel: "race".into(),
+        flaky: false,
+    })
+    .with_sequence(1);
+    // The same event appended through both pools.
+    for o in [&a, &b] {
+        let mut uow = o.begin().await.unwrap();
+        uow.add(envelope.clone());
+        uow.commit().await.unwrap();
+    }
+    let (ra, rb) = tokio::join!(a.deliver_batch(), b.deliver_batch());
+    let (ra, rb) = (ra.unwrap(), rb.unwrap());
+    assert_eq!(ra.claimed + rb.claimed, 1, "{ra:?} {rb:?}");
+    a.drain(Duration::from_secs(10)).await.unwrap();
+    assert_eq!(rows(a.store()).await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_whose_lease_expired_cannot_record_a_second_effect() {
+    let Some((url, schema, _)) = common::postgres("lease_fence").await else {
+        return;
+    };
+    let slow = open(&url, &schema, Handlers::Slow, 300).await;
+    let fast = open(&url, &schema, Handlers::Slow, 300).await;
+    let mut uow = slow.begin().await.unwrap();
+    uow.add(
+        Envelope::new(Scanned {
+            parcel: "fence".into(),
+            flaky: false,
+        })
+        .with_sequence(1),
+    );
+    uow.commit().await.unwrap();
+    let slow_run = tokio::spawn(async move { slow.deliver_batch().await.unwrap() });
+    // Let the slow worker claim, then wait for its lease to expire and take over.
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    let taken = fast.deliver_batch().await.unwrap();
+    assert_eq!((taken.claimed, taken.completed), (1, 1));
+    let lost = slow_run.await.unwrap();
+    assert_eq!((lost.claimed, lost.completed, lost.lease_lost), (1, 0, 1));
+    assert_eq!(rows(fast.store()).await.len(), 1, "the slow worker's effect was rolled back");
+}
