@@ -1,0 +1,363 @@
+//! The order domain: three events and the `Order` aggregate that records them.
+//! Pure domain code: no I/O, no runtime, no knowledge of CSV or of who handles the events.
+
+use chrono::NaiveDate;
+use event_core::{AnyEnvelope, DomainEvent, EventRecorder};
+use rust_decimal::Decimal;
+use serde::{Deserialize, Serialize};
+
+/// An order was placed by a customer. Recorded once, by the first line of the order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, DomainEvent)]
+#[event(name = "order.placed", version = 1)]
+pub struct OrderPlaced {
+    /// The order id (`US-2019-103800`), also the aggregate id.
+    #[event(aggregate_id)]
+    pub order_id: String,
+    /// The customer the order belongs to (`DP-13000`).
+    pub customer_id: String,
+    /// Market segment of the customer (`Consumer`, `Corporate`, `Home Office`).
+    pub segment: String,
+    /// Sales region (`Central`, `East`, `South`, `West`).
+    pub region: String,
+    /// Country or region of the shipping address.
+    pub country: String,
+    /// When the order was placed.
+    pub order_date: NaiveDate,
+}
+
+/// A line was added to an order. Amounts are exact decimals, serialised as strings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, DomainEvent)]
+#[event(name = "order.line_added", version = 1)]
+pub struct LineAdded {
+    /// The order id, also the aggregate id.
+    #[event(aggregate_id)]
+    pub order_id: String,
+    /// The source row id, unique across the data set.
+    pub row_id: u64,
+    /// The product id (`OFF-PA-10000174`).
+    pub product_id: String,
+    /// The product name, verbatim (it may hold non-breaking spaces and curly quotes).
+    pub product_name: String,
+    /// Product category (`Furniture`, `Office Supplies`, `Technology`).
+    pub category: String,
+    /// Units ordered.
+    pub quantity: u32,
+    /// Sales amount of the line, after discount.
+    pub sales: Decimal,
+    /// Discount rate, 0 to 1.
+    pub discount: Decimal,
+    /// Profit of the line (negative for a loss).
+    pub profit: Decimal,
+}
+
+/// An order was shipped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, DomainEvent)]
+#[event(name = "order.shipped", version = 1)]
+pub struct OrderShipped {
+    /// The order id, also the aggregate id.
+    #[event(aggregate_id)]
+    pub order_id: String,
+    /// When the order was shipped.
+    pub ship_date: NaiveDate,
+    /// How it was shipped (`Standard Class`, `Second Class`, `First Class`, `Same Day`).
+    pub ship_mode: String,
+}
+
+/// A command the `Order` aggregate refused. The events of a refused command are never
+/// recorded, so nothing is committed for it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OrderError {
+    /// A line names another customer than the one who placed the order.
+    #[error("row {row_id}: order {order_id} belongs to customer {expected}, not {found}")]
+    CustomerMismatch {
+        /// The order.
+        order_id: String,
+        /// The refused row.
+        row_id: u64,
+        /// The customer who placed the order.
+        expected: String,
+        /// The customer the row names.
+        found: String,
+    },
+    /// The order has already shipped: no more lines, no second shipment.
+    #[error("order {order_id} has already shipped")]
+    AlreadyShipped {
+        /// The order.
+        order_id: String,
+    },
+    /// The ship date is before the order date.
+    #[error("order {order_id} cannot ship on {ship_date}: it was placed on {order_date}")]
+    ShipsBeforePlaced {
+        /// The order.
+        order_id: String,
+        /// When it was placed.
+        order_date: NaiveDate,
+        /// The refused ship date.
+        ship_date: NaiveDate,
+    },
+}
+
+/// Place a new order: the customer and where the order goes.
+#[derive(Debug, Clone)]
+pub struct PlaceOrder {
+    /// The new order's id.
+    pub order_id: String,
+    /// Who places it.
+    pub customer_id: String,
+    /// The customer's segment.
+    pub segment: String,
+    /// Sales region.
+    pub region: String,
+    /// Country or region.
+    pub country: String,
+    /// Order date.
+    pub order_date: NaiveDate,
+}
+
+/// Add a line to an order, on behalf of a customer.
+#[derive(Debug, Clone)]
+pub struct AddLine {
+    /// The customer the line is for; must be the order's.
+    pub customer_id: String,
+    /// Source row id.
+    pub row_id: u64,
+    /// Product id.
+    pub product_id: String,
+    /// Product name.
+    pub product_name: String,
+    /// Product category.
+    pub category: String,
+    /// Units.
+    pub quantity: u32,
+    /// Sales amount.
+    pub sales: Decimal,
+    /// Discount rate.
+    pub discount: Decimal,
+    /// Profit.
+    pub profit: Decimal,
+}
+
+/// The order aggregate: guards the one-customer-per-order and ship-once rules and records
+/// what happened in its [`EventRecorder`]. The application takes the recorded events and
+/// commits them through a unit of work.
+#[derive(Debug)]
+pub struct Order {
+    id: String,
+    customer_id: String,
+    order_date: NaiveDate,
+    lines: u32,
+    shipped: bool,
+    events: EventRecorder,
+}
+
+impl Order {
+    /// Places an order; records [`OrderPlaced`].
+    pub fn place(cmd: PlaceOrder) -> Order {
+        let mut order = Order {
+            id: cmd.order_id.clone(),
+            customer_id: cmd.customer_id.clone(),
+            order_date: cmd.order_date,
+            lines: 0,
+            shipped: false,
+            events: EventRecorder::new(),
+        };
+        order.events.record(OrderPlaced {
+            order_id: cmd.order_id,
+            customer_id: cmd.customer_id,
+            segment: cmd.segment,
+            region: cmd.region,
+            country: cmd.country,
+            order_date: cmd.order_date,
+        });
+        order
+    }
+
+    /// Adds a line; records [`LineAdded`].
+    ///
+    /// # Errors
+    /// [`OrderError::CustomerMismatch`] when the line names another customer,
+    /// [`OrderError::AlreadyShipped`] after [`Order::ship`].
+    pub fn add_line(&mut self, cmd: AddLine) -> Result<(), OrderError> {
+        if cmd.customer_id != self.customer_id {
+            return Err(OrderError::CustomerMismatch {
+                order_id: self.id.clone(),
+                row_id: cmd.row_id,
+                expected: self.customer_id.clone(),
+                found: cmd.customer_id,
+            });
+        }
+        if self.shipped {
+            return Err(OrderError::AlreadyShipped {
+                order_id: self.id.clone(),
+            });
+        }
+        self.lines += 1;
+        self.events.record(LineAdded {
+            order_id: self.id.clone(),
+            row_id: cmd.row_id,
+            product_id: cmd.product_id,
+            product_name: cmd.product_name,
+            category: cmd.category,
+            quantity: cmd.quantity,
+            sales: cmd.sales,
+            discount: cmd.discount,
+            profit: cmd.profit,
+        });
+        Ok(())
+    }
+
+    /// Ships the order; records [`OrderShipped`].
+    ///
+    /// # Errors
+    /// [`OrderError::AlreadyShipped`] the second time, [`OrderError::ShipsBeforePlaced`] when
+    /// `ship_date` is before the order date.
+    pub fn ship(&mut self, ship_date: NaiveDate, ship_mode: &str) -> Result<(), OrderError> {
+        if self.shipped {
+            return Err(OrderError::AlreadyShipped {
+                order_id: self.id.clone(),
+            });
+        }
+        if ship_date < self.order_date {
+            return Err(OrderError::ShipsBeforePlaced {
+                order_id: self.id.clone(),
+                order_date: self.order_date,
+                ship_date,
+            });
+        }
+        self.shipped = true;
+        self.events.record(OrderShipped {
+            order_id: self.id.clone(),
+            ship_date,
+            ship_mode: ship_mode.to_owned(),
+        });
+        Ok(())
+    }
+
+    /// The order id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The customer who placed the order.
+    pub fn customer_id(&self) -> &str {
+        &self.customer_id
+    }
+
+    /// Lines added so far.
+    pub fn lines(&self) -> u32 {
+        self.lines
+    }
+
+    /// Whether the order has shipped.
+    pub fn is_shipped(&self) -> bool {
+        self.shipped
+    }
+
+    /// The aggregate's version: the sequence of its last recorded event.
+    pub fn version(&self) -> u64 {
+        self.events.version()
+    }
+
+    /// Takes the events recorded since the last call, to commit them.
+    pub fn take_events(&mut self) -> Vec<Box<dyn AnyEnvelope>> {
+        self.events.take()
+    }
+
+    /// Drops the events recorded since the last take (their commit failed).
+    pub fn discard_events(&mut self) {
+        self.events.discard();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::str::FromStr;
+
+    fn date(s: &str) -> NaiveDate {
+        NaiveDate::parse_from_str(s, "%Y-%m-%d").unwrap()
+    }
+
+    fn place() -> Order {
+        Order::place(PlaceOrder {
+            order_id: "US-1".into(),
+            customer_id: "C-1".into(),
+            segment: "Consumer".into(),
+            region: "West".into(),
+            country: "United States".into(),
+            order_date: date("2019-01-03"),
+        })
+    }
+
+    fn line(customer: &str, row_id: u64) -> AddLine {
+        AddLine {
+            customer_id: customer.into(),
+            row_id,
+            product_id: "P-1".into(),
+            product_name: "Paper".into(),
+            category: "Office Supplies".into(),
+            quantity: 2,
+            sales: Decimal::from_str("16.448").unwrap(),
+            discount: Decimal::from_str("0.2").unwrap(),
+            profit: Decimal::from_str("5.5512").unwrap(),
+        }
+    }
+
+    #[test]
+    fn records_placed_lines_and_shipped_with_sequences() {
+        let mut order = place();
+        order.add_line(line("C-1", 1)).unwrap();
+        order.add_line(line("C-1", 2)).unwrap();
+        order.ship(date("2019-01-07"), "Standard Class").unwrap();
+        let events = order.take_events();
+        let names: Vec<_> = events.iter().map(|e| e.name()).collect();
+        assert_eq!(
+            names,
+            [
+                "order.placed",
+                "order.line_added",
+                "order.line_added",
+                "order.shipped"
+            ]
+        );
+        let seqs: Vec<_> = events.iter().map(|e| e.metadata().sequence).collect();
+        assert_eq!(seqs, [1, 2, 3, 4]);
+        assert!(events.iter().all(|e| e.metadata().aggregate_id == "US-1"));
+    }
+
+    #[test]
+    fn refuses_a_line_of_another_customer_and_records_nothing() {
+        let mut order = place();
+        order.take_events();
+        let err = order.add_line(line("C-2", 7)).unwrap_err();
+        assert_eq!(
+            err,
+            OrderError::CustomerMismatch {
+                order_id: "US-1".into(),
+                row_id: 7,
+                expected: "C-1".into(),
+                found: "C-2".into()
+            }
+        );
+        assert!(order.take_events().is_empty());
+        assert_eq!(order.lines(), 0);
+    }
+
+    #[test]
+    fn ships_once_and_not_before_it_was_placed() {
+        let mut order = place();
+        assert!(matches!(
+            order.ship(date("2019-01-01"), "Same Day"),
+            Err(OrderError::ShipsBeforePlaced { .. })
+        ));
+        order.ship(date("2019-01-03"), "Same Day").unwrap();
+        assert!(matches!(
+            order.ship(date("2019-01-04"), "Same Day"),
+            Err(OrderError::AlreadyShipped { .. })
+        ));
+        assert!(matches!(
+            order.add_line(line("C-1", 3)),
+            Err(OrderError::AlreadyShipped { .. })
+        ));
+    }
+}
