@@ -119,6 +119,15 @@ pub mod __private {
         EventDescriptor::of::<T>
     }
 
+    /// Boxes an `async fn` handler's future. A function rather than `Box::pin` in the
+    /// generated code so that a future that is not `Send` is reported at the handler's `async`.
+    pub fn handler_future<'a, F>(future: F) -> HandlerFuture<'a>
+    where
+        F: core::future::Future<Output = Result<(), HandlerError>> + Send + 'a,
+    {
+        Box::pin(future)
+    }
+
     // The builtin macros generated code calls, so that a user macro of the same name in scope
     // does not replace them.
     pub use core::result::Result;

@@ -59,7 +59,8 @@ pub(crate) struct EventAttrs {
     pub(crate) version: Option<Int>,
     pub(crate) aggregate: Option<LitStr>,
     pub(crate) crate_path: Option<Path>,
-    /// An `#[event]` attribute did not parse; a missing `name` is then not reported again.
+    /// An `#[event]` attribute or its `name` did not parse; a missing `name` is then not
+    /// reported again.
     pub(crate) malformed: bool,
 }
 
@@ -103,6 +104,8 @@ pub(crate) fn event_attrs(cx: &Ctxt, attrs: &[Attribute]) -> EventAttrs {
         }
     }
 
+    // A `name` with a malformed value was reported; "missing name" would repeat it.
+    malformed |= name.seen && name.value.is_none();
     EventAttrs {
         name: name.get(),
         version: version.get(),
@@ -121,8 +124,9 @@ pub(crate) fn field_attrs(cx: &Ctxt, attrs: &[Attribute]) -> Option<Path> {
         }
         let parsed = attr.parse_nested_meta(|meta| {
             if meta.path.is_ident("aggregate_id") {
-                let ok = flag(cx, &meta, "aggregate_id")?;
-                aggregate_id.set(&meta.path, ok.then(|| meta.path.clone()));
+                // `aggregate_id = …` is reported, and the field still counts as marked.
+                flag(cx, &meta, "aggregate_id")?;
+                aggregate_id.set(&meta.path, Some(meta.path.clone()));
             } else {
                 unknown_key(cx, &meta, "only `aggregate_id`", "field")?;
             }

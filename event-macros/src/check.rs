@@ -247,8 +247,8 @@ pub(crate) fn handler<'a>(cx: &Ctxt, handler: &'a Handler<'a>) -> HandlerSpec<'a
             Type::Reference(reference) => Some(reference),
             _ => None,
         };
-        // The first typed parameter is the event unless a receiver came first (reported).
-        if index == 0 && sig.receiver().is_none() {
+        // The first typed parameter is the event (a `self` before it was reported).
+        if index == 0 {
             match reference {
                 Some(r) if r.mutability.is_none() => params.push(Role::Event(&r.elem)),
                 Some(r) => {

@@ -263,12 +263,14 @@ fn handler_registration(handler: &Handler, spec: &HandlerSpec) -> TokenStream {
     let async_span = sig
         .asyncness
         .map_or_else(Span::call_site, |token| token.span);
-    let body = quote! {{
-        #extract_tx
-        #(#extract)*
-        #convert
-    }};
-    let boxed = quote_spanned!(async_span=> _event_core::__private::Box::pin(async move #body));
+    let async_block = quote_spanned! {async_span=>
+        async move {
+            #extract_tx
+            #(#extract)*
+            #convert
+        }
+    };
+    let boxed = quote_spanned!(async_span=> _event_core::__private::handler_future(#async_block));
     let (entry, handler_call) = if is_async {
         (
             quote! {

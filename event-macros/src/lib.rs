@@ -69,8 +69,9 @@ mod expand;
 ///
 /// Also rejected: a missing `name`, `version = 0`, a version that is not an integer literal,
 /// unknown and duplicate keys, no or two `#[event(aggregate_id)]` fields, any key but
-/// `aggregate_id` on a field, enums, unions, tuple and unit structs, generics. A type without
-/// serde's traits gets one error at its name:
+/// `aggregate_id` on a field, an `aggregate_id` field whose type is not `Display` (at the
+/// type), enums, unions, tuple and unit structs, generics. A type without serde's traits is
+/// reported at its name:
 ///
 /// ```text
 /// error[E0277]: domain event `OrderPlaced` must implement serde's `Serialize` and `Deserialize`
@@ -78,7 +79,13 @@ mod expand;
 ///   |
 /// 5 | pub struct OrderPlaced {
 ///   |            ^^^^^^^^^^^ missing `Serialize` or `Deserialize`
+///   |
+/// help: the trait `for<'de> Deserialize<'de>` is not implemented for `OrderPlaced`
+///   = note: add `#[derive(serde::Serialize, serde::Deserialize)]` to `OrderPlaced`
 /// ```
+///
+/// (one such error per missing trait). A mistake in the attribute leaves an unregistered
+/// implementation behind, so that code using the type reports nothing more.
 ///
 /// # Limitations
 ///
@@ -147,20 +154,24 @@ pub fn derive_domain_event(input: TokenStream) -> TokenStream {
 ///
 /// ```text
 /// error[E0277]: `String` is not a domain event
-///  --> src/billing.rs:7:23
+///  --> src/billing.rs:7:22
 ///   |
 /// 7 | fn on_placed(event: &String) {}
 ///   |                      ^^^^^^ the event parameter must be `&E` or `&Envelope<E>` where `E: DomainEvent`
 ///   |
+///   = help: the trait `DomainEvent` is not implemented for `String`
 ///   = note: add `#[derive(event_core::DomainEvent)]` and `#[event(name = "context.action", version = 1)]` to the definition of `String`
 /// ```
 ///
+/// A resource that is not `Send + Sync`, a transaction that is not `Send`, and a return
+/// type that does not convert are reported the same way, once, under the type. A future
+/// that is not `Send` is reported at the handler's `async`.
+///
 /// Also rejected, each with its own message: no parameter, the event by value or by `&mut`,
 /// a resource by value, a second `&mut` parameter, a `self` receiver, generic parameters
-/// (including `impl Trait`) and `where` clauses, `unsafe fn`, a return type that is not `()`
-/// or such a `Result` (at the return type), a resource that is not `Send + Sync`, unknown and
-/// duplicate options, a `priority` that is not an integer, an empty `name`, and the
-/// attribute on anything but a function.
+/// (including `impl Trait`) and `where` clauses, `unsafe fn`, unknown and duplicate options,
+/// a value on `in_transaction`, a `priority` that is not an `i32` literal, an empty `name`,
+/// and the attribute on anything but a function.
 ///
 /// # Limitations
 ///
