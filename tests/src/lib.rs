@@ -1,0 +1,1 @@
+//! Tests of `event-core` and its macros; everything is under `tests/`.

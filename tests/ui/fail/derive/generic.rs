@@ -1,0 +1,12 @@
+use event_core::DomainEvent;
+use serde::{Deserialize, Serialize};
+
+#[derive(Serialize, Deserialize, DomainEvent)]
+#[event(name = "order.placed", version = 1)]
+struct OrderPlaced<T> {
+    #[event(aggregate_id)]
+    order_id: String,
+    payload: T,
+}
+
+fn main() {}

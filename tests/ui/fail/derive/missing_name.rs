@@ -1,0 +1,11 @@
+use event_core::DomainEvent;
+use serde::{Deserialize, Serialize};
+
+#[derive(Serialize, Deserialize, DomainEvent)]
+#[event(version = 1)]
+struct OrderPlaced {
+    #[event(aggregate_id)]
+    order_id: String,
+}
+
+fn main() {}

@@ -1,0 +1,10 @@
+use event_core::DomainEvent;
+
+#[derive(DomainEvent)]
+#[event(name = "order.placed", version = 1)]
+struct OrderPlaced {
+    #[event(aggregate_id)]
+    order_id: String,
+}
+
+fn main() {}

@@ -1,0 +1,8 @@
+use event_core::DomainEvent;
+use serde::{Deserialize, Serialize};
+
+#[derive(Serialize, Deserialize, DomainEvent)]
+#[event(name = "order.placed", version = 1)]
+struct OrderPlaced;
+
+fn main() {}

@@ -1,0 +1,20 @@
+use event_core::{event_handler, DomainEvent};
+use serde::{Deserialize, Serialize};
+
+#[derive(Serialize, Deserialize, DomainEvent)]
+#[event(name = "order.placed", version = 1)]
+struct OrderPlaced {
+    #[event(aggregate_id)]
+    order_id: String,
+}
+
+struct Db;
+struct Tx;
+
+#[event_handler(in_transaction)]
+async fn on_placed(event: &Db, tx: &mut Tx) -> Result<(), std::io::Error> {
+    let _ = (event, tx);
+    Ok(())
+}
+
+fn main() {}

@@ -1,0 +1,21 @@
+use event_core::{event_handler, DomainEvent};
+use serde::{Deserialize, Serialize};
+
+#[derive(Serialize, Deserialize, DomainEvent)]
+#[event(name = "order.placed", version = 1)]
+struct OrderPlaced {
+    #[event(aggregate_id)]
+    order_id: String,
+}
+
+struct Db;
+struct Tx;
+
+impl Db {
+    #[event_handler]
+    fn on_placed(&self, event: &OrderPlaced) {
+        let _ = event;
+    }
+}
+
+fn main() {}

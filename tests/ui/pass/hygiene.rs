@@ -1,0 +1,67 @@
+// The generated code names everything through `event_core::__private`: user items that
+// shadow the prelude and the builtin macros do not change what it means.
+#![allow(dead_code, unused_macros)]
+
+use event_core::{event_handler, DomainEvent, Handler};
+use serde::{Deserialize, Serialize};
+
+struct Result;
+struct Ok;
+struct Some;
+struct None;
+struct Box;
+struct Option;
+struct String;
+struct Send;
+struct Sync;
+struct Fn;
+
+macro_rules! concat {
+    ($($t:tt)*) => {
+        "shadowed concat"
+    };
+}
+macro_rules! module_path {
+    () => {
+        "shadowed module_path"
+    };
+}
+macro_rules! line {
+    () => {
+        0
+    };
+}
+macro_rules! file {
+    () => {
+        "shadowed file"
+    };
+}
+
+mod inventory {}
+mod serde_json {}
+mod _event_core {}
+
+#[derive(Serialize, Deserialize, DomainEvent)]
+#[event(name = "hygiene.checked")]
+struct Checked {
+    #[event(aggregate_id)]
+    id: u64,
+}
+
+pub struct Db;
+
+#[event_handler]
+fn sync_handler(_event: &Checked, _db: &Db) {}
+
+#[event_handler(in_transaction)]
+async fn async_handler(_event: &Checked, _tx: &mut Db) -> core::result::Result<(), std::io::Error> {
+    core::result::Result::Ok(())
+}
+
+fn main() {
+    let d = <sync_handler as Handler>::DESCRIPTOR;
+    assert!(d.name.ends_with("::sync_handler"), "{}", d.name);
+    assert!(d.file.ends_with("hygiene.rs"), "{}", d.file);
+    assert_ne!(d.line, 0);
+    let _ = <async_handler as Handler>::DESCRIPTOR;
+}
