@@ -77,6 +77,8 @@
 #![warn(missing_docs, unreachable_pub)]
 #![doc(test(attr(deny(warnings))))]
 
+#[cfg(feature = "cli")]
+pub mod cli;
 mod dispatcher;
 mod guard;
 mod outbox;
