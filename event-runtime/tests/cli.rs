@@ -1,0 +1,763 @@
+//! The `events` command-line tool, driven through `event_runtime::cli::run_with_output`
+//! against a temporary SQLite file and, when `EVENTS_TEST_POSTGRES_URL` is set, the real
+//! PostgreSQL server. Dead letters come from real deliveries: a handler that fails for good.
+#![cfg(feature = "cli")]
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use event_core::{event_handler, DomainEvent, EventRecorder, HandlerError};
+use event_runtime::cli::{run_with_output, App};
+use event_runtime::{DeadLetterFilter, Dispatcher, Outbox, Registry, SqlValue, Store};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use uuid::Uuid;
+
+#[derive(Debug, Serialize, Deserialize, DomainEvent)]
+#[event(name = "parcel.sent", version = 1)]
+struct ParcelSent {
+    #[event(aggregate_id)]
+    parcel: String,
+    address: String,
+}
+
+/// A legacy carrier API that rejects every parcel: each delivery is dead-lettered at once.
+#[event_handler(name = "cli_test.ship")]
+fn ship(event: &ParcelSent) -> Result<(), HandlerError> {
+    Err(HandlerError::permanent_msg(format!(
+        "no carrier serves {}",
+        event.address
+    )))
+}
+
+/// Succeeds, so that the stats have a completed column too.
+#[event_handler(name = "cli_test.count")]
+fn count(_: &ParcelSent) {}
+
+/// Where a case runs: the URL and, on PostgreSQL, the schema passed as `--schema`.
+struct Db {
+    url: String,
+    schema: Option<String>,
+    store: Store,
+    /// The SQLite file, removed with its journal at the end.
+    file: Option<std::path::PathBuf>,
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        if let Some(file) = &self.file {
+            for suffix in ["", "-wal", "-shm"] {
+                let mut path = file.clone().into_os_string();
+                path.push(suffix);
+                let _ = std::fs::remove_file(path);
+            }
+        }
+    }
+}
+
+impl Db {
+    async fn sqlite(test: &str) -> Db {
+        let path = std::env::temp_dir().join(format!("cli_{test}_{}.db", Uuid::now_v7().simple()));
+        let url = format!("sqlite://{}", path.display());
+        let store = Store::connect(&url).await.expect("open SQLite");
+        Db {
+            url,
+            schema: None,
+            store,
+            file: Some(path),
+        }
+    }
+
+    /// Runs `events --database URL [--schema S] ARGS…` and returns (status, stdout, stderr).
+    async fn cli(&self, args: &[&str]) -> (ExitCode, String, String) {
+        let mut full = vec![
+            "events".to_owned(),
+            "--database".to_owned(),
+            self.url.clone(),
+        ];
+        if let Some(schema) = &self.schema {
+            full.push("--schema".to_owned());
+            full.push(schema.clone());
+        }
+        full.extend(args.iter().map(|a| (*a).to_owned()));
+        run(full, App::standalone()).await
+    }
+
+    /// Sends `n` parcels (one aggregate each) and delivers until only dead letters are left.
+    async fn dead_letters(&self, n: usize) -> Outbox {
+        let outbox = Outbox::builder(self.store.clone())
+            .dispatcher(
+                Dispatcher::builder_empty()
+                    .handler::<ship>()
+                    .handler::<count>(),
+            )
+            .build()
+            .expect("outbox");
+        let mut uow = outbox.begin().await.expect("begin");
+        let mut recorder = EventRecorder::new();
+        for i in 0..n {
+            recorder.record(ParcelSent {
+                parcel: format!("p-{i}"),
+                address: format!("{i} Rue de Rivoli"),
+            });
+        }
+        uow.extend(recorder.take());
+        uow.commit().await.expect("commit");
+        outbox.drain(Duration::from_secs(30)).await.expect("drain");
+        outbox
+    }
+
+    async fn attempts(&self, handler: &str, event_id: Uuid) -> Option<i64> {
+        let mut tx = self.store.begin().await.unwrap();
+        let n = tx
+            .fetch_i64(
+                "SELECT attempts FROM event_deliveries WHERE handler = $1 AND event_id = $2",
+                &[
+                    SqlValue::Text(handler),
+                    SqlValue::Text(&event_id.to_string()),
+                ],
+            )
+            .await
+            .unwrap();
+        tx.rollback().await.unwrap();
+        n
+    }
+}
+
+async fn run(args: Vec<String>, app: App<'_>) -> (ExitCode, String, String) {
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let code = run_with_output(args, app, &mut out, &mut err).await;
+    (
+        code,
+        String::from_utf8(out).expect("UTF-8 stdout"),
+        String::from_utf8(err).expect("UTF-8 stderr"),
+    )
+}
+
+fn json(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}):\n{text}"))
+}
+
+fn ok(result: &(ExitCode, String, String)) {
+    assert_eq!(
+        result.0,
+        ExitCode::SUCCESS,
+        "stdout:\n{}\nstderr:\n{}",
+        result.1,
+        result.2
+    );
+}
+
+fn failed(result: &(ExitCode, String, String), message: &str) {
+    assert_ne!(
+        result.0,
+        ExitCode::SUCCESS,
+        "expected a failure; stdout:\n{}",
+        result.1
+    );
+    assert!(
+        result.2.starts_with("error: ") && result.2.contains(message),
+        "stderr should be `error: …{message}…`, is:\n{}",
+        result.2
+    );
+}
+
+/// list, show, replay, purge, audit and stats on one database, asserting on the store.
+async fn dead_letter_workflow(db: &Db) {
+    let outbox = db.dead_letters(3).await;
+    let open = db
+        .store
+        .dead_letters(&DeadLetterFilter::default())
+        .await
+        .unwrap();
+    assert_eq!(open.len(), 3, "one dead letter per parcel");
+    let (first, second, third) = (&open[0], &open[1], &open[2]);
+
+    // list: a table, and the same rows as JSON.
+    let r = db.cli(&["dlq", "list"]).await;
+    ok(&r);
+    let lines: Vec<&str> = r.1.lines().collect();
+    assert_eq!(lines.len(), 4, "header and three rows:\n{}", r.1);
+    for column in [
+        "ID",
+        "EVENT",
+        "EVENT ID",
+        "HANDLER",
+        "ATTEMPTS",
+        "REASON",
+        "LAST ERROR",
+        "DEAD AT",
+    ] {
+        assert!(
+            lines[0].contains(column),
+            "missing column {column}: {}",
+            lines[0]
+        );
+    }
+    assert!(lines[1].contains("parcel.sent v1"));
+    assert!(lines[1].contains(&first.event_id.to_string()));
+    assert!(lines[1].contains("cli_test.ship"));
+    assert!(lines[1].contains("permanent"));
+    assert!(lines[1].contains("no carrier serves 0 Rue de Rivoli"));
+
+    let r = db.cli(&["dlq", "list", "--json"]).await;
+    ok(&r);
+    let list = json(&r.1);
+    assert_eq!(list.as_array().unwrap().len(), 3);
+    assert_eq!(list[0]["id"], first.id);
+    assert_eq!(list[0]["event_id"], first.event_id.to_string());
+    assert_eq!(list[0]["handler"], "cli_test.ship");
+    assert_eq!(
+        list[0]["envelope"],
+        first.envelope.as_str(),
+        "the envelope byte for byte"
+    );
+
+    // Filters.
+    let r = db
+        .cli(&["dlq", "list", "--json", "--handler", "cli_test.count"])
+        .await;
+    ok(&r);
+    assert_eq!(json(&r.1), serde_json::json!([]));
+    let r = db
+        .cli(&[
+            "dlq",
+            "list",
+            "--json",
+            "--event",
+            "parcel.sent",
+            "--limit",
+            "2",
+        ])
+        .await;
+    assert_eq!(json(&r.1).as_array().unwrap().len(), 2);
+    let r = db
+        .cli(&["dlq", "list", "--json", "--since", "2999-01-01"])
+        .await;
+    assert_eq!(json(&r.1), serde_json::json!([]));
+    let r = db
+        .cli(&["dlq", "list", "--json", "--until", "2000-01-01T00:00:00Z"])
+        .await;
+    assert_eq!(json(&r.1), serde_json::json!([]));
+    let r = db
+        .cli(&[
+            "dlq",
+            "list",
+            "--json",
+            "--since",
+            "2000-01-01T00:00:00+02:00",
+        ])
+        .await;
+    assert_eq!(json(&r.1).as_array().unwrap().len(), 3);
+    let r = db.cli(&["dlq", "list", "--handler", "nobody"]).await;
+    ok(&r);
+    assert_eq!(r.1, "no open dead letters\n");
+
+    // show: every field, the error chain, the envelope pretty-printed.
+    let r = db.cli(&["dlq", "show", &second.id.to_string()]).await;
+    ok(&r);
+    for needle in [
+        format!("dead letter {} (open)", second.id),
+        second.event_id.to_string(),
+        "cli_test.ship".into(),
+        "first failed".into(),
+        "error chain:".into(),
+        "error: no carrier serves 1 Rue de Rivoli".into(),
+        "\"specversion\": \"1.0\"".into(),
+        "\"address\": \"1 Rue de Rivoli\"".into(),
+    ] {
+        assert!(r.1.contains(&needle), "show lacks {needle:?}:\n{}", r.1);
+    }
+    let r = db
+        .cli(&["dlq", "show", &second.id.to_string(), "--json"])
+        .await;
+    ok(&r);
+    let shown = json(&r.1);
+    assert_eq!(shown["envelope"], second.envelope.as_str());
+    assert_eq!(
+        shown["error_chain"],
+        serde_json::json!(["no carrier serves 1 Rue de Rivoli"])
+    );
+    failed(
+        &db.cli(&["dlq", "show", "999999"]).await,
+        "no dead letter with id 999999",
+    );
+
+    // replay by id: pending again, same event id, attempts reset, audited.
+    let r = db
+        .cli(&[
+            "dlq",
+            "replay",
+            &first.id.to_string(),
+            "--reason",
+            "carrier now serves Paris",
+            "--actor",
+            "alice",
+        ])
+        .await;
+    ok(&r);
+    assert!(
+        r.1.contains(&format!("replayed 1 dead letter: {}", first.id)),
+        "{}",
+        r.1
+    );
+    assert!(r.1.contains("audit #"), "{}", r.1);
+    let replayed = db.store.dead_letter_by_id(first.id).await.unwrap().unwrap();
+    assert_eq!(replayed.resolution.as_deref(), Some("replayed"));
+    assert!(replayed.resolved_at.is_some());
+    assert_eq!(db.attempts("cli_test.ship", first.event_id).await, Some(0));
+    let pending = db.store.pending_envelopes().await.unwrap();
+    assert_eq!(
+        pending
+            .iter()
+            .map(|(h, id, _)| (h.as_str(), id.as_str()))
+            .collect::<Vec<_>>(),
+        vec![("cli_test.ship", first.event_id.to_string().as_str())],
+        "exactly the replayed delivery is pending, under its original event id"
+    );
+    let audit = db.store.audit_log(10).await.unwrap();
+    assert_eq!(audit.len(), 1);
+    assert_eq!(audit[0].action, "replay");
+    assert_eq!(audit[0].actor, "alice");
+    assert_eq!(audit[0].reason, "carrier now serves Paris");
+    assert_eq!(audit[0].dead_letter_ids, vec![first.id]);
+    assert_eq!(audit[0].count, 1);
+    assert!(
+        r.1.contains(&format!("audit #{}: replay by alice", audit[0].id)),
+        "{}",
+        r.1
+    );
+
+    // Refusals change nothing.
+    failed(
+        &db.cli(&["dlq", "replay", "--all", "--reason", "try again"])
+            .await,
+        "--yes",
+    );
+    failed(
+        &db.cli(&[
+            "dlq",
+            "purge",
+            "--handler",
+            "cli_test.ship",
+            "--reason",
+            "x",
+        ])
+        .await,
+        "--yes",
+    );
+    failed(
+        &db.cli(&["dlq", "replay", &second.id.to_string(), "--reason", "   "])
+            .await,
+        "--reason must say why",
+    );
+    failed(
+        &db.cli(&[
+            "dlq",
+            "replay",
+            &second.id.to_string(),
+            "424242",
+            "--reason",
+            "x",
+        ])
+        .await,
+        "no dead letter with id 424242",
+    );
+    let r = db.cli(&["dlq", "replay", &second.id.to_string()]).await;
+    assert_eq!(
+        r.0,
+        ExitCode::from(2),
+        "clap refuses a replay without --reason"
+    );
+    assert!(r.2.contains("--reason"), "{}", r.2);
+    assert_eq!(
+        db.store
+            .dead_letters(&DeadLetterFilter::default())
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+    assert_eq!(db.store.audit_log(10).await.unwrap().len(), 1);
+
+    // Replaying what is already replayed: a warning, nothing done.
+    let r = db
+        .cli(&["dlq", "replay", &first.id.to_string(), "--reason", "again"])
+        .await;
+    ok(&r);
+    assert!(
+        r.2.contains(&format!(
+            "warning: dead letter {} was already replayed",
+            first.id
+        )),
+        "{}",
+        r.2
+    );
+    assert_eq!(db.store.audit_log(10).await.unwrap().len(), 1);
+
+    // The replayed delivery runs again, fails again, and is dead-lettered with the same event id.
+    outbox.drain(Duration::from_secs(30)).await.unwrap();
+    let open = db
+        .store
+        .dead_letters(&DeadLetterFilter::default())
+        .await
+        .unwrap();
+    assert_eq!(open.len(), 3);
+    let again = open
+        .iter()
+        .find(|d| d.id > third.id)
+        .expect("a new dead letter");
+    assert_eq!(again.event_id, first.event_id);
+    assert_eq!(again.attempts, 1, "attempts were reset by the replay");
+
+    // purge by selector, confirmed: audited, deliveries marked purged.
+    let r = db
+        .cli(&[
+            "dlq",
+            "purge",
+            "--handler",
+            "cli_test.ship",
+            "--reason",
+            "parcels lost",
+            "--actor",
+            "bob",
+            "--yes",
+        ])
+        .await;
+    ok(&r);
+    assert!(r.1.contains("purged 3 dead letters"), "{}", r.1);
+    for id in [second.id, third.id, again.id] {
+        let d = db.store.dead_letter_by_id(id).await.unwrap().unwrap();
+        assert_eq!(d.resolution.as_deref(), Some("purged"), "dead letter {id}");
+    }
+    let audit = db.store.audit_log(10).await.unwrap();
+    assert_eq!(audit.len(), 2);
+    assert_eq!(audit[0].action, "purge");
+    assert_eq!(audit[0].actor, "bob");
+    assert_eq!(audit[0].reason, "parcels lost");
+    assert_eq!(
+        audit[0].dead_letter_ids,
+        vec![second.id, third.id, again.id]
+    );
+    let r = db.cli(&["dlq", "list"]).await;
+    ok(&r);
+    assert_eq!(r.1, "no open dead letters\n");
+    let r = db
+        .cli(&["dlq", "replay", "--all", "--reason", "x", "--yes"])
+        .await;
+    ok(&r);
+    assert_eq!(r.1, "no open dead letters match; nothing replayed\n");
+
+    // list --all: resolved ones too, with their status.
+    let r = db.cli(&["dlq", "list", "--all"]).await;
+    ok(&r);
+    assert_eq!(r.1.lines().count(), 5, "{}", r.1);
+    assert!(r.1.lines().next().unwrap().contains("STATUS"));
+    assert!(
+        r.1.contains("replayed") && r.1.contains("purged"),
+        "{}",
+        r.1
+    );
+
+    // audit: newest first.
+    let r = db.cli(&["dlq", "audit", "--json"]).await;
+    ok(&r);
+    let log = json(&r.1);
+    assert_eq!(log[0]["action"], "purge");
+    assert_eq!(log[1]["action"], "replay");
+    assert_eq!(log[1]["dead_letter_ids"], serde_json::json!([first.id]));
+    let r = db.cli(&["dlq", "audit", "--limit", "1"]).await;
+    ok(&r);
+    assert_eq!(r.1.lines().count(), 2, "{}", r.1);
+    assert!(
+        r.1.contains("bob") && r.1.contains("parcels lost"),
+        "{}",
+        r.1
+    );
+
+    // stats.
+    let r = db.cli(&["outbox", "stats", "--json"]).await;
+    ok(&r);
+    let stats = json(&r.1);
+    assert_eq!(stats["events"], 3);
+    assert_eq!(stats["pending"], 0);
+    assert_eq!(stats["dead_letters"], 0);
+    assert_eq!(stats["oldest_pending_age_secs"], Value::Null);
+    let handler = |name: &str| {
+        stats["handlers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|h| h["handler"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no stats for {name}: {stats}"))
+    };
+    assert_eq!(handler("cli_test.ship")["purged"], 3);
+    assert_eq!(handler("cli_test.ship")["dead"], 0);
+    assert_eq!(handler("cli_test.count")["completed"], 3);
+    let r = db.cli(&["outbox", "stats"]).await;
+    ok(&r);
+    for needle in [
+        "pending deliveries",
+        "behind a dead letter",
+        "oldest pending age (s)",
+        "open dead letters",
+        "HANDLER",
+        "cli_test.count",
+    ] {
+        assert!(r.1.contains(needle), "stats lack {needle:?}:\n{}", r.1);
+    }
+}
+
+#[tokio::test]
+async fn dead_letter_workflow_sqlite() {
+    let db = Db::sqlite("workflow").await;
+    dead_letter_workflow(&db).await;
+}
+
+#[tokio::test]
+async fn dead_letter_workflow_postgres() {
+    let Some(url) = postgres_url("dead_letter_workflow_postgres") else {
+        return;
+    };
+    #[cfg(feature = "postgres")]
+    {
+        let schema = format!("cli_test_{}", Uuid::now_v7().simple());
+        let store = Store::connect_postgres_schema(&url, &schema)
+            .await
+            .unwrap_or_else(|e| panic!("PostgreSQL at {url} is unreachable: {e}"));
+        let db = Db {
+            url,
+            schema: Some(schema.clone()),
+            store,
+            file: None,
+        };
+        dead_letter_workflow(&db).await;
+        let pool = db.store.pg_pool().unwrap();
+        event_runtime::sqlx::query(event_runtime::sqlx::AssertSqlSafe(format!(
+            "DROP SCHEMA \"{schema}\" CASCADE"
+        )))
+        .execute(pool)
+        .await
+        .unwrap();
+    }
+    #[cfg(not(feature = "postgres"))]
+    {
+        let _ = url;
+        eprintln!(
+            "dead_letter_workflow_postgres: PostgreSQL case skipped: the `postgres` feature is off"
+        );
+    }
+}
+
+/// The PostgreSQL URL, or `None` after printing why the case is skipped; with
+/// `EVENTS_TEST_REQUIRE_SERVICES=1` a missing URL fails.
+fn postgres_url(test: &str) -> Option<String> {
+    match std::env::var("EVENTS_TEST_POSTGRES_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            if std::env::var("EVENTS_TEST_REQUIRE_SERVICES").as_deref() == Ok("1") {
+                panic!("{test}: EVENTS_TEST_REQUIRE_SERVICES=1 but EVENTS_TEST_POSTGRES_URL is not set");
+            }
+            eprintln!("{test}: PostgreSQL case skipped: EVENTS_TEST_POSTGRES_URL is not set");
+            None
+        }
+    }
+}
+
+/// A replay of more rows than one screenful: one transaction and one audit row for all of them.
+#[tokio::test]
+async fn long_replay_is_one_audited_operation() {
+    let db = Db::sqlite("long_replay").await;
+    db.dead_letters(120).await;
+    let r = db
+        .cli(&[
+            "dlq",
+            "replay",
+            "--event",
+            "parcel.sent",
+            "--reason",
+            "carrier back",
+            "--yes",
+        ])
+        .await;
+    ok(&r);
+    assert!(r.1.contains("replayed 120 dead letters"), "{}", r.1);
+    assert!(
+        r.1.contains("(120 in all)"),
+        "long id lists are shortened: {}",
+        r.1
+    );
+    let audit = db.store.audit_log(10).await.unwrap();
+    assert_eq!(audit.len(), 1);
+    assert_eq!(audit[0].count, 120);
+    assert_eq!(audit[0].dead_letter_ids.len(), 120);
+    let expected_actor = ["USER", "USERNAME"]
+        .iter()
+        .find_map(|k| std::env::var(k).ok().filter(|v| !v.is_empty()))
+        .unwrap_or_else(|| "unknown".into());
+    assert_eq!(
+        audit[0].actor, expected_actor,
+        "the actor defaults to $USER"
+    );
+    assert_eq!(db.store.stats().await.unwrap().pending, 120);
+}
+
+#[tokio::test]
+async fn bad_input_is_one_line_error() {
+    let db = Db::sqlite("bad_input").await;
+    let events = |args: &[&str]| {
+        let args: Vec<String> = std::iter::once("events")
+            .chain(args.iter().copied())
+            .map(str::to_owned)
+            .collect();
+        run(args, App::standalone())
+    };
+
+    let r = events(&["--database", "mysql://app:hunter2@db/orders", "dlq", "list"]).await;
+    failed(&r, "unsupported database URL mysql://app:***@db/orders");
+    assert!(!r.2.contains("hunter2"), "the password is masked");
+    assert_eq!(r.2.lines().count(), 1, "{}", r.2);
+
+    let missing = std::env::temp_dir().join(format!("cli_missing_{}.db", Uuid::now_v7().simple()));
+    let url = format!("sqlite://{}", missing.display());
+    failed(
+        &events(&["--database", &url, "outbox", "stats"]).await,
+        "does not exist",
+    );
+    assert!(!missing.exists(), "the tool does not create databases");
+
+    let r = events(&[
+        "--database",
+        "postgres://postgres@127.0.0.1:1/none",
+        "outbox",
+        "stats",
+    ])
+    .await;
+    // Nothing listens on port 1: the cause, at once, not after the pool's acquire timeout.
+    #[cfg(feature = "postgres")]
+    failed(
+        &r,
+        "cannot open database postgres://postgres@127.0.0.1:1/none: database error",
+    );
+    #[cfg(not(feature = "postgres"))]
+    failed(&r, "this build has no PostgreSQL support");
+
+    let r = db.cli(&["dlq", "show", "abc"]).await;
+    assert_eq!(r.0, ExitCode::from(2));
+    assert!(r.2.starts_with("error: invalid value 'abc'"), "{}", r.2);
+
+    let r = db.cli(&["dlq", "list", "--since", "last tuesday"]).await;
+    assert_eq!(r.0, ExitCode::from(2));
+    assert!(r.2.contains("expected an RFC 3339 time"), "{}", r.2);
+
+    failed(
+        &db.cli(&[
+            "dlq",
+            "list",
+            "--since",
+            "2026-02-01",
+            "--until",
+            "2026-01-01",
+        ])
+        .await,
+        "--since (2026-02-01T00:00:00Z) is not before --until",
+    );
+
+    let r = db
+        .cli(&["dlq", "replay", "1", "--all", "--reason", "x"])
+        .await;
+    assert_eq!(r.0, ExitCode::from(2), "ids and --all exclude each other");
+    let r = db.cli(&["dlq", "replay", "--reason", "x"]).await;
+    assert_eq!(r.0, ExitCode::from(2), "a selector is required");
+
+    failed(
+        &db.cli(&["--schema", "s", "outbox", "stats"]).await,
+        "--schema applies to PostgreSQL databases only",
+    );
+
+    if std::env::var_os(event_runtime::cli::DATABASE_ENV).is_none() {
+        failed(
+            &events(&["dlq", "list"]).await,
+            "no database: pass --database URL",
+        );
+    }
+
+    let r = events(&["--help"]).await;
+    ok(&r);
+    assert!(r.1.contains("Usage: events [OPTIONS] <COMMAND>"), "{}", r.1);
+}
+
+#[tokio::test]
+async fn catalog_and_check_need_the_application() {
+    let db = Db::sqlite("catalog").await;
+    for command in ["catalog", "check"] {
+        let r = db.cli(&[command]).await;
+        failed(&r, &format!("run `your-app events {command}`"));
+        assert!(r.2.contains("knows no application event types"), "{}", r.2);
+    }
+
+    let registry = Registry::builder()
+        .handler::<ship>()
+        .handler::<count>()
+        .build()
+        .unwrap();
+    let app = || App::embedded("orders events", &registry);
+    let args = |rest: &[&str]| -> Vec<String> {
+        ["events", "--database", db.url.as_str()]
+            .iter()
+            .chain(rest)
+            .map(|s| (*s).to_owned())
+            .collect()
+    };
+
+    let r = run(args(&["catalog"]), app()).await;
+    ok(&r);
+    assert!(
+        r.1.contains("parcel.sent") && r.1.contains("ParcelSent"),
+        "{}",
+        r.1
+    );
+    let r = run(args(&["catalog", "--json"]), app()).await;
+    ok(&r);
+    let catalog = json(&r.1);
+    assert_eq!(catalog[0]["name"], "parcel.sent");
+    assert_eq!(catalog[0]["version"], 1);
+    assert_eq!(
+        catalog[0]["handlers"],
+        serde_json::json!(["cli_test.count", "cli_test.ship"])
+    );
+
+    // check: pending deliveries of known handlers decode; one of an unknown handler does not.
+    db.dead_letters(2).await;
+    db.cli(&["dlq", "replay", "--all", "--reason", "check", "--yes"])
+        .await;
+    let r = run(args(&["check"]), app()).await;
+    ok(&r);
+    assert!(r.1.contains("ok: 2 pending deliveries"), "{}", r.1);
+    let only_count = Registry::builder().handler::<count>().build().unwrap();
+    let r = run(
+        args(&["check"]),
+        App::embedded("orders events", &only_count),
+    )
+    .await;
+    failed(&r, "2 pending deliveries cannot be handled");
+    assert!(
+        r.1.contains("handler `cli_test.ship` is not registered"),
+        "{}",
+        r.1
+    );
+
+    // Help names the embedding program.
+    let r = run(args(&["dlq", "--help"]), app()).await;
+    ok(&r);
+    assert!(r.1.contains("Usage: orders events dlq"), "{}", r.1);
+}
+
+#[test]
+fn run_with_output_is_send() {
+    fn assert_send<T: Send>(_: &T) {}
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let future = run_with_output(["events"], App::standalone(), &mut out, &mut err);
+    assert_send(&future);
+}
