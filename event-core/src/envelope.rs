@@ -196,14 +196,13 @@ impl<E: DomainEvent> Envelope<E> {
                 version: raw.version,
             });
         }
-        let event = serde_json::from_str::<E>(raw.data.get()).map_err(|source| {
-            DecodeError::Payload {
+        let event =
+            serde_json::from_str::<E>(raw.data.get()).map_err(|source| DecodeError::Payload {
                 name: raw.name.clone(),
                 version: raw.version,
                 event_id: raw.meta.id,
                 source,
-            }
-        })?;
+            })?;
         Ok(Envelope {
             meta: raw.meta.clone(),
             event,
@@ -605,6 +604,12 @@ pub trait AnyEnvelope: Any + Send + Sync {
     /// # Errors
     /// The payload's `Serialize` impl failed.
     fn to_raw(&self) -> Result<RawEnvelope, serde_json::Error>;
+    /// Encodes as CloudEvents structured JSON text in one pass (what [`RawEnvelope::to_json`]
+    /// of [`to_raw`](Self::to_raw) gives, without the intermediate copy).
+    ///
+    /// # Errors
+    /// The payload's `Serialize` impl failed.
+    fn to_json(&self) -> Result<String, serde_json::Error>;
     /// The envelope as `Any`, to downcast to `Envelope<E>`.
     fn as_any(&self) -> &(dyn Any + Send + Sync);
 }
@@ -627,6 +632,9 @@ impl<E: DomainEvent> AnyEnvelope for Envelope<E> {
     }
     fn to_raw(&self) -> Result<RawEnvelope, serde_json::Error> {
         Envelope::to_raw(self)
+    }
+    fn to_json(&self) -> Result<String, serde_json::Error> {
+        serde_json::to_string(self)
     }
     fn as_any(&self) -> &(dyn Any + Send + Sync) {
         self

@@ -14,7 +14,9 @@ pub enum DecodeError {
     #[error("malformed event envelope: {0}")]
     Envelope(#[source] serde_json::Error),
     /// No registered event type has this name.
-    #[error("unknown event type `{name}` (version {version}): no event with this name is registered")]
+    #[error(
+        "unknown event type `{name}` (version {version}): no event with this name is registered"
+    )]
     UnknownName {
         /// The `type` attribute.
         name: String,
@@ -63,7 +65,9 @@ pub enum DecodeError {
 #[non_exhaustive]
 pub enum HeaderError {
     /// Not a CloudEvents attribute name: `a-z0-9` only, 1 to 20 characters.
-    #[error("invalid header name {0:?}: CloudEvents attribute names are 1-20 characters of a-z and 0-9")]
+    #[error(
+        "invalid header name {0:?}: CloudEvents attribute names are 1-20 characters of a-z and 0-9"
+    )]
     InvalidName(String),
     /// The envelope writes this attribute itself.
     #[error("header name {0:?} is reserved by the envelope")]

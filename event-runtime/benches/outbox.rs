@@ -158,8 +158,11 @@ async fn raw_deliver(store: &Store) -> usize {
                 if n == 0 {
                     return done;
                 }
-                let rows: Vec<(String, String, String)> =
-                    sqlx::query_as(FETCH).bind(&token).fetch_all($pool).await.unwrap();
+                let rows: Vec<(String, String, String)> = sqlx::query_as(FETCH)
+                    .bind(&token)
+                    .fetch_all($pool)
+                    .await
+                    .unwrap();
                 let mut tx = $pool.begin().await.unwrap();
                 for r in &rows {
                     std::hint::black_box(r);

@@ -131,7 +131,10 @@ impl DispatcherBuilder {
     pub fn resource_arc<T: Send + Sync + 'static>(mut self, value: Arc<T>) -> Self {
         self.resources.insert(
             TypeId::of::<T>(),
-            (std::any::type_name::<T>(), value as Arc<dyn Any + Send + Sync>),
+            (
+                std::any::type_name::<T>(),
+                value as Arc<dyn Any + Send + Sync>,
+            ),
         );
         self
     }
@@ -272,7 +275,10 @@ impl Dispatcher {
 
     /// The guard's capacity; 0 when it is off.
     pub fn guard_capacity(&self) -> usize {
-        self.inner.guard.as_ref().map_or(0, IdempotencyGuard::capacity)
+        self.inner
+            .guard
+            .as_ref()
+            .map_or(0, IdempotencyGuard::capacity)
     }
 
     /// How many (handler, event id) pairs the guard remembers now.
@@ -429,11 +435,11 @@ async fn call(
         _ => None,
     };
     let mut ctx = HandlerContext::new(envelope, &bound.resources, tx);
-    let result: Result<Result<(), HandlerError>, Box<dyn Any + Send>> =
-        match bound.descriptor.call {
-            HandlerCall::Sync(f) => std::panic::catch_unwind(AssertUnwindSafe(|| f(&mut ctx))),
-            HandlerCall::Async(f) => AssertUnwindSafe(f(&mut ctx)).catch_unwind().await,
-        };
+    let result: Result<Result<(), HandlerError>, Box<dyn Any + Send>> = match bound.descriptor.call
+    {
+        HandlerCall::Sync(f) => std::panic::catch_unwind(AssertUnwindSafe(|| f(&mut ctx))),
+        HandlerCall::Async(f) => AssertUnwindSafe(f(&mut ctx)).catch_unwind().await,
+    };
     match result {
         Ok(Ok(())) => Outcome::Ran,
         Ok(Err(e)) => Outcome::Failed(e),

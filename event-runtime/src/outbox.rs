@@ -304,7 +304,8 @@ impl OutboxBuilder {
                 .handlers()
                 .iter()
                 .filter(|h| {
-                    h.mode == DeliveryMode::AfterCommit && ((h.event)().type_id)() == (event.type_id)()
+                    h.mode == DeliveryMode::AfterCommit
+                        && ((h.event)().type_id)() == (event.type_id)()
                 })
                 .map(|h| h.name)
                 .collect();
@@ -509,37 +510,26 @@ impl Outbox {
         Ok(report)
     }
 
-    async fn deliver_one(&self, c: &Claimed, token: &str, tx: &mut Tx) -> Result<Step, OutboxError> {
+    async fn deliver_one(
+        &self,
+        c: &Claimed,
+        token: &str,
+        tx: &mut Tx,
+    ) -> Result<Step, OutboxError> {
         let now = now_ms();
-        let dead = |reason: &'static str, chain: Vec<String>| (reason, chain);
-        let decoded: Result<(Box<dyn AnyEnvelope>, u32), (&'static str, Vec<String>)> =
-            match RawEnvelope::from_json(&c.envelope) {
-                Err(e) => Err(dead("undecodable", vec![e.to_string()])),
-                Ok(raw) => match self.inner.dispatcher.registry().decode(&raw) {
-                    Err(e @ (DecodeError::UnknownName { .. } | DecodeError::UnknownVersion { .. })) => {
-                        Err(dead("unknown_event", vec![e.to_string()]))
-                    }
-                    Err(e) => Err(dead("undecodable", error_chain(&e))),
-                    Ok(envelope) => match self.inner.dispatcher.handler_index(&c.handler) {
-                        None => Err(dead(
-                            "unknown_handler",
-                            vec![format!("no handler named `{}` is registered", c.handler)],
-                        )),
-                        Some(i) => Ok((envelope, i)),
-                    },
-                },
-            };
-        let (envelope, index) = match decoded {
+        let (envelope, index) = match self.decode(c) {
             Ok(v) => v,
-            Err((reason, chain)) => {
+            Err(Undeliverable { reason, chain }) => {
                 tracing::error!(reason, error = %chain.join(": "), "delivery dead-lettered");
                 metrics::counter!("events_deliveries_dead_lettered_total", "handler" => c.handler.clone())
                     .increment(1);
-                return Ok(if Store::dead_letter(tx, c, token, reason, &chain, now).await? {
-                    Step::Dead
-                } else {
-                    Step::LeaseLost
-                });
+                return Ok(
+                    if Store::dead_letter(tx, c, token, reason, &chain, now).await? {
+                        Step::Dead
+                    } else {
+                        Step::LeaseLost
+                    },
+                );
             }
         };
         let uses_tx = self
@@ -571,10 +561,12 @@ impl Outbox {
             Outcome::Duplicate => unreachable!("the outbox dispatcher has no guard"),
         };
         if uses_tx {
-            tx.execute("ROLLBACK TO SAVEPOINT event_delivery", &[]).await?;
+            tx.execute("ROLLBACK TO SAVEPOINT event_delivery", &[])
+                .await?;
             tx.execute("RELEASE SAVEPOINT event_delivery", &[]).await?;
         }
-        metrics::counter!("events_deliveries_failed_total", "handler" => c.handler.clone()).increment(1);
+        metrics::counter!("events_deliveries_failed_total", "handler" => c.handler.clone())
+            .increment(1);
         let policy = self.policy(&c.handler);
         let attempts = u32::try_from(c.attempts).unwrap_or(u32::MAX);
         if permanent || attempts >= policy.max_attempts {
@@ -582,18 +574,21 @@ impl Outbox {
             tracing::error!(reason, attempts, error = %chain.join(": "), "delivery dead-lettered");
             metrics::counter!("events_deliveries_dead_lettered_total", "handler" => c.handler.clone())
                 .increment(1);
-            return Ok(if Store::dead_letter(tx, c, token, reason, &chain, now).await? {
-                Step::Dead
-            } else {
-                Step::LeaseLost
-            });
+            return Ok(
+                if Store::dead_letter(tx, c, token, reason, &chain, now).await? {
+                    Step::Dead
+                } else {
+                    Step::LeaseLost
+                },
+            );
         }
         let wait = {
             let mut rng = self.inner.rng.lock().unwrap_or_else(|e| e.into_inner());
             policy.backoff(attempts, &mut rng)
         };
         tracing::warn!(attempts, retry_in_ms = wait.as_millis() as u64, error = %chain.join(": "), "delivery failed; will retry");
-        metrics::counter!("events_delivery_retries_total", "handler" => c.handler.clone()).increment(1);
+        metrics::counter!("events_delivery_retries_total", "handler" => c.handler.clone())
+            .increment(1);
         let next = now + wait.as_millis() as i64;
         Ok(
             if Store::retry_later(tx, c, token, next, &chain.join(": "), now).await? {
@@ -602,6 +597,35 @@ impl Outbox {
                 Step::LeaseLost
             },
         )
+    }
+
+    /// Decodes a claimed delivery's envelope and finds its handler.
+    fn decode(&self, c: &Claimed) -> Result<(Box<dyn AnyEnvelope>, u32), Undeliverable> {
+        let dead = |reason: &'static str, chain: Vec<String>| Undeliverable { reason, chain };
+        let raw = RawEnvelope::from_json(&c.envelope)
+            .map_err(|e| dead("undecodable", vec![e.to_string()]))?;
+        let envelope = self
+            .inner
+            .dispatcher
+            .registry()
+            .decode(&raw)
+            .map_err(|e| match e {
+                DecodeError::UnknownName { .. } | DecodeError::UnknownVersion { .. } => {
+                    dead("unknown_event", vec![e.to_string()])
+                }
+                e => dead("undecodable", error_chain(&e)),
+            })?;
+        let index = self
+            .inner
+            .dispatcher
+            .handler_index(&c.handler)
+            .ok_or_else(|| {
+                dead(
+                    "unknown_handler",
+                    vec![format!("no handler named `{}` is registered", c.handler)],
+                )
+            })?;
+        Ok((envelope, index))
     }
 
     /// Delivers in this task until no delivery can make progress: every one is completed,
@@ -621,15 +645,13 @@ impl Outbox {
             if r.claimed > 0 {
                 continue;
             }
-            let stats = self.inner.store.stats().await?;
-            record_backlog(&stats);
-            if stats.pending == stats.blocked {
+            let waiting = self.inner.store.progressing().await?;
+            if waiting == 0 {
                 return Ok(total);
             }
             if Instant::now() >= deadline {
                 return Err(OutboxError::Config(format!(
-                    "drain timed out with {} deliveries pending",
-                    stats.pending - stats.blocked
+                    "drain timed out with {waiting} deliveries pending"
                 )));
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -681,7 +703,12 @@ impl Outbox {
             if index == 0 && last_purge.elapsed() >= config.retention_interval {
                 last_purge = Instant::now();
                 let cutoff = now_ms() - config.retention.as_millis() as i64;
-                match self.inner.store.purge_completed(cutoff, config.retention_batch).await {
+                match self
+                    .inner
+                    .store
+                    .purge_completed(cutoff, config.retention_batch)
+                    .await
+                {
                     Ok(n) if n > 0 => tracing::info!(deleted = n, "purged completed deliveries"),
                     Ok(_) => {}
                     Err(e) => tracing::warn!(error = %e, "retention purge failed"),
@@ -723,6 +750,12 @@ fn error_chain(e: &dyn std::error::Error) -> Vec<String> {
         next = s.source();
     }
     out
+}
+
+/// Why a delivery cannot be attempted at all: dead-lettered at once.
+struct Undeliverable {
+    reason: &'static str,
+    chain: Vec<String>,
 }
 
 enum Step {
@@ -792,7 +825,9 @@ pub struct OutboxUnitOfWork<'o> {
 impl OutboxUnitOfWork<'_> {
     /// The open transaction, for the application's own writes.
     pub fn tx(&mut self) -> &mut Tx {
-        self.tx.as_mut().expect("the transaction is taken only by commit")
+        self.tx
+            .as_mut()
+            .expect("the transaction is taken only by commit")
     }
 
     /// Adds one envelope.
@@ -867,20 +902,20 @@ impl OutboxUnitOfWork<'_> {
                 }
             }
             let meta = envelope.metadata();
-            let raw = envelope.to_raw().map_err(|source| OutboxError::Encode {
+            let json = envelope.to_json().map_err(|source| OutboxError::Encode {
                 event_id: meta.id,
                 name: envelope.name(),
                 source,
             })?;
             rows.push(OutboxRow {
                 event_id: meta.id,
-                name: raw.name.clone(),
-                version: raw.version,
+                name: envelope.name(),
+                version: envelope.version(),
                 aggregate_type: meta.aggregate_type.clone(),
                 aggregate_id: meta.aggregate_id.clone(),
                 sequence: meta.sequence,
                 occurred_at: meta.occurred_at.timestamp_millis(),
-                envelope: raw.to_json(),
+                envelope: json,
                 handlers: outbox
                     .inner
                     .destinations

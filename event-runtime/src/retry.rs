@@ -70,8 +70,14 @@ mod tests {
         let mut rng = fastrand::Rng::with_seed(7);
         let draws: Vec<Duration> = (0..1000).map(|_| p.backoff(3, &mut rng)).collect();
         assert!(draws.iter().all(|d| *d <= Duration::from_millis(400)));
-        assert!(draws.iter().any(|d| *d < Duration::from_millis(100)), "full jitter reaches low");
-        assert!(draws.iter().any(|d| *d > Duration::from_millis(300)), "and high");
+        assert!(
+            draws.iter().any(|d| *d < Duration::from_millis(100)),
+            "full jitter reaches low"
+        );
+        assert!(
+            draws.iter().any(|d| *d > Duration::from_millis(300)),
+            "and high"
+        );
         assert_eq!(p.backoff_cap(u32::MAX), Duration::from_millis(500));
     }
 }

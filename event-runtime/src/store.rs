@@ -136,7 +136,11 @@ impl Tx {
     ///
     /// # Errors
     /// The database refused the statement.
-    pub async fn execute(&mut self, sql: &'static str, args: &[SqlValue<'_>]) -> Result<u64, StoreError> {
+    pub async fn execute(
+        &mut self,
+        sql: &'static str,
+        args: &[SqlValue<'_>],
+    ) -> Result<u64, StoreError> {
         Ok(on_tx!(self, |t| {
             let mut q = sqlx::query(sql);
             for a in args {
@@ -156,7 +160,11 @@ impl Tx {
     ///
     /// # Errors
     /// The database refused the query, or the column is not an integer.
-    pub async fn fetch_i64(&mut self, sql: &'static str, args: &[SqlValue<'_>]) -> Result<Option<i64>, StoreError> {
+    pub async fn fetch_i64(
+        &mut self,
+        sql: &'static str,
+        args: &[SqlValue<'_>],
+    ) -> Result<Option<i64>, StoreError> {
         Ok(on_tx!(self, |t| {
             let mut q = sqlx::query_scalar::<_, i64>(sql);
             for a in args {
@@ -288,8 +296,16 @@ impl Store {
             let pool = SqlitePoolOptions::new()
                 .max_connections(if memory { 1 } else { 4 })
                 .min_connections(if memory { 1 } else { 0 })
-                .idle_timeout(if memory { None } else { Some(Duration::from_secs(600)) })
-                .max_lifetime(if memory { None } else { Some(Duration::from_secs(1800)) })
+                .idle_timeout(if memory {
+                    None
+                } else {
+                    Some(Duration::from_secs(600))
+                })
+                .max_lifetime(if memory {
+                    None
+                } else {
+                    Some(Duration::from_secs(1800))
+                })
                 .acquire_timeout(Duration::from_secs(60))
                 .connect_with(options)
                 .await?;
@@ -303,10 +319,13 @@ impl Store {
             let mut options = PgConnectOptions::from_str(url)?;
             if let Some(schema) = schema {
                 let ident = quote_ident(schema);
-                let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect_with(&options).await?;
-                sqlx::query(AssertSqlSafe(format!("CREATE SCHEMA IF NOT EXISTS {ident}")))
-                    .execute(&mut conn)
-                    .await?;
+                let mut conn =
+                    <sqlx::PgConnection as sqlx::Connection>::connect_with(&options).await?;
+                sqlx::query(AssertSqlSafe(format!(
+                    "CREATE SCHEMA IF NOT EXISTS {ident}"
+                )))
+                .execute(&mut conn)
+                .await?;
                 sqlx::Connection::close(conn).await?;
                 options = options.options([("search_path", schema)]);
             }
@@ -419,7 +438,7 @@ impl Store {
                 );
                 qb.push_values(chunk, |mut b, e| {
                     b.push_bind(e.event_id.to_string())
-                        .push_bind(e.name.clone())
+                        .push_bind(e.name)
                         .push_bind(i64::from(e.version))
                         .push_bind(e.aggregate_type.clone())
                         .push_bind(e.aggregate_id.clone())
@@ -429,7 +448,10 @@ impl Store {
                         .push_bind(e.envelope.clone());
                 });
                 qb.push(" ON CONFLICT (event_id) DO NOTHING");
-                qb.build().execute(&mut **t).await.map(|r| r.rows_affected())
+                qb.build()
+                    .execute(&mut **t)
+                    .await
+                    .map(|r| r.rows_affected())
             });
             if let Err(e) = result {
                 return Err(conflict_or(e, chunk));
@@ -612,7 +634,11 @@ impl Store {
     }
 
     /// Marks every delivery still leased to `token` completed. Returns how many.
-    pub(crate) async fn complete_leased(tx: &mut Tx, token: &str, now: i64) -> Result<u64, StoreError> {
+    pub(crate) async fn complete_leased(
+        tx: &mut Tx,
+        token: &str,
+        now: i64,
+    ) -> Result<u64, StoreError> {
         const SQL: &str = "UPDATE event_deliveries SET status = 'completed', completed_at = $1,
                 lease_token = NULL, lease_until = NULL
             WHERE lease_token = $2 AND status = 'pending'";
@@ -677,6 +703,18 @@ impl Store {
         });
         tx.commit().await?;
         Ok(n)
+    }
+
+    /// Pending deliveries that are not waiting behind a dead letter: those that will run
+    /// (now, after a retry delay, or after another worker's lease).
+    pub(crate) async fn progressing(&self) -> Result<u64, StoreError> {
+        const SQL: &str = "SELECT COUNT(*) FROM event_deliveries d
+            WHERE d.status = 'pending' AND NOT EXISTS (
+                SELECT 1 FROM event_deliveries p
+                WHERE p.handler = d.handler AND p.aggregate_type = d.aggregate_type
+                  AND p.aggregate_id = d.aggregate_id AND p.sequence < d.sequence AND p.status = 'dead')";
+        let n: i64 = on_pool!(self, |p| sqlx::query_scalar(SQL).fetch_one(p).await?);
+        Ok(n as u64)
     }
 
     /// Backlog and dead letter counts.
@@ -754,8 +792,12 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError::Database`], [`StoreError::Corrupt`].
-    pub async fn dead_letters(&self, filter: &DeadLetterFilter) -> Result<Vec<DeadLetter>, StoreError> {
-        const SQL: &str = "SELECT id, event_id, handler, name, version, envelope, attempts, first_failed_at,
+    pub async fn dead_letters(
+        &self,
+        filter: &DeadLetterFilter,
+    ) -> Result<Vec<DeadLetter>, StoreError> {
+        const SQL: &str =
+            "SELECT id, event_id, handler, name, version, envelope, attempts, first_failed_at,
                 last_failed_at, reason, error_chain, dead_at, resolved_at, resolution
             FROM event_dead_letters
             WHERE ($1 OR resolved_at IS NULL)
@@ -835,9 +877,11 @@ impl Store {
         const REPLAY: &str = "UPDATE event_deliveries SET status = 'pending', attempts = 0, next_attempt_at = $1,
                 lease_token = NULL, lease_until = NULL, last_error = NULL, first_failed_at = NULL, last_failed_at = NULL
             WHERE handler = $2 AND event_id = $3 AND status = 'dead'";
-        const PURGE: &str = "UPDATE event_deliveries SET status = 'purged', lease_token = NULL, lease_until = NULL
+        const PURGE: &str =
+            "UPDATE event_deliveries SET status = 'purged', lease_token = NULL, lease_until = NULL
             WHERE handler = $2 AND event_id = $3 AND status = 'dead' AND $1 >= 0";
-        const AUDIT: &str = "INSERT INTO event_audit_log (action, actor, reason, at, dead_letter_ids, count)
+        const AUDIT: &str =
+            "INSERT INTO event_audit_log (action, actor, reason, at, dead_letter_ids, count)
             VALUES ($1, $2, $3, $4, $5, $6) RETURNING id";
         let now = now_ms();
         let (label, delivery_sql) = match action {
@@ -932,9 +976,12 @@ impl Store {
     pub async fn pending_envelopes(&self) -> Result<Vec<(String, String, String)>, StoreError> {
         const SQL: &str = "SELECT d.handler, d.event_id, o.envelope FROM event_deliveries d
             JOIN event_outbox o ON o.event_id = d.event_id WHERE d.status = 'pending' ORDER BY o.recorded_at";
-        Ok(on_pool!(self, |p| sqlx::query_as::<_, (String, String, String)>(SQL)
-            .fetch_all(p)
-            .await?))
+        Ok(on_pool!(self, |p| sqlx::query_as::<
+            _,
+            (String, String, String),
+        >(SQL)
+        .fetch_all(p)
+        .await?))
     }
 }
 
@@ -1011,7 +1058,7 @@ pub(crate) fn from_ms(ms: i64) -> DateTime<Utc> {
 #[derive(Debug, Clone)]
 pub(crate) struct OutboxRow {
     pub(crate) event_id: Uuid,
-    pub(crate) name: String,
+    pub(crate) name: &'static str,
     pub(crate) version: u32,
     pub(crate) aggregate_type: String,
     pub(crate) aggregate_id: String,

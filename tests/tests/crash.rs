@@ -168,10 +168,18 @@ async fn crash_and_recover(db: &Db, point: FaultPoint, action: FaultAction) {
             accepted += 1;
             assert_eq!(effects(store, *id).await, 1, "{label}: event {id}");
         } else {
-            assert_eq!(effects(store, *id).await, 0, "{label}: event {id} was never accepted");
+            assert_eq!(
+                effects(store, *id).await,
+                0,
+                "{label}: event {id} was never accepted"
+            );
         }
     }
-    let expected = if point == FaultPoint::BeforeCommit { 6 } else { 9 };
+    let expected = if point == FaultPoint::BeforeCommit {
+        6
+    } else {
+        9
+    };
     assert_eq!(accepted, expected, "{label}");
     let stats = store.stats().await.unwrap();
     assert_eq!((stats.pending, stats.dead_letters), (0, 0), "{label}");

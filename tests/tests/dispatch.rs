@@ -370,7 +370,10 @@ fn two_handlers_with_one_name_are_refused() {
         .build()
         .unwrap_err();
     assert!(
-        matches!(err, RegistryError::DuplicateHandlerName { name: "middle", .. }),
+        matches!(
+            err,
+            RegistryError::DuplicateHandlerName { name: "middle", .. }
+        ),
         "{err}"
     );
 }
@@ -416,7 +419,11 @@ fn ledger(event: &OrderPlaced, ledger: &Ledger) -> Result<(), HandlerError> {
 
 #[event_handler(name = "after")]
 fn after(event: &OrderPlaced, calls: &Calls) {
-    calls.push(if event.amount == 0 { "after-zero" } else { "after" });
+    calls.push(if event.amount == 0 {
+        "after-zero"
+    } else {
+        "after"
+    });
 }
 
 struct Order {

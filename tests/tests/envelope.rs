@@ -51,7 +51,11 @@ fn serialises_as_a_cloudevents_structured_event() {
     assert_eq!(v["sequence"], "00000000000000000042");
     assert_eq!(v["causationid"], e.causation_id().unwrap().to_string());
     assert_eq!(v["correlationid"], e.correlation_id().unwrap().to_string());
-    assert_eq!(e.causation_id(), e.correlation_id(), "the cause had no correlation id");
+    assert_eq!(
+        e.causation_id(),
+        e.correlation_id(),
+        "the cause had no correlation id"
+    );
     assert_eq!(v["tenant"], "acme");
     let time = v["time"].as_str().unwrap();
     assert!(time.ends_with('Z'), "{time}");
@@ -67,12 +71,19 @@ fn round_trips_typed_and_raw_without_losing_integers_beyond_2_pow_53() {
     let e = posted();
     let json = serde_json::to_string(&e).unwrap();
     assert!(json.contains(&format!("\"big\":{}", u64::MAX)), "{json}");
-    assert!(json.contains(&format!("\"negative\":{}", i64::MIN)), "{json}");
+    assert!(
+        json.contains(&format!("\"negative\":{}", i64::MIN)),
+        "{json}"
+    );
     let back: Envelope<Posted> = serde_json::from_str(&json).unwrap();
     assert_eq!(back, e);
 
     let raw = RawEnvelope::from_json(&json).unwrap();
-    assert_eq!(raw.to_json(), json, "raw envelopes keep the text byte for byte");
+    assert_eq!(
+        raw.to_json(),
+        json,
+        "raw envelopes keep the text byte for byte"
+    );
     assert_eq!(Envelope::<Posted>::decode(&raw).unwrap(), e);
     assert_eq!(e.to_raw().unwrap(), raw);
 }

@@ -60,12 +60,17 @@ fn every_declared_event_and_handler_is_collected() {
             ("invoice.sent", 1, "inventory::InvoiceSent")
         ]
     );
-    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
     let report = rt.block_on(d.dispatch(&Envelope::new(InvoiceSent {
         invoice: "I-1".into(),
     })));
     assert_eq!(report.ran(), 3);
-    assert_eq!(*d.resource::<Log>().unwrap().0.lock().unwrap(), ["z", "b", "c"]);
+    assert_eq!(
+        *d.resource::<Log>().unwrap().0.lock().unwrap(),
+        ["z", "b", "c"]
+    );
     assert_eq!(
         d.registry().handlers()[0].name,
         "inventory::z",

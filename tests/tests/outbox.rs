@@ -201,14 +201,29 @@ async fn committed_events_are_delivered_once_with_their_effects() {
         .await
         .unwrap();
         let store = outbox.store();
-        assert_eq!(count(store, "SELECT COUNT(*) FROM event_outbox", &[]).await, 2);
         assert_eq!(
-            count(store, "SELECT COUNT(*) FROM event_deliveries WHERE handler = 'apply'", &[]).await,
+            count(store, "SELECT COUNT(*) FROM event_outbox", &[]).await,
+            2
+        );
+        assert_eq!(
+            count(
+                store,
+                "SELECT COUNT(*) FROM event_deliveries WHERE handler = 'apply'",
+                &[]
+            )
+            .await,
             2,
             "one delivery per (event, after-commit handler); none for in-transaction handlers"
         );
-        assert_eq!(count(store, "SELECT CAST(SUM(amount) AS BIGINT) FROM ledger", &[]).await, 12);
-        assert_eq!(effects_of(store, ids[0]).await, 0, "nothing runs before delivery");
+        assert_eq!(
+            count(store, "SELECT CAST(SUM(amount) AS BIGINT) FROM ledger", &[]).await,
+            12
+        );
+        assert_eq!(
+            effects_of(store, ids[0]).await,
+            0,
+            "nothing runs before delivery"
+        );
 
         let report = outbox.drain(DRAIN).await.unwrap();
         assert_eq!(report.completed, 2, "{}", db.label());
@@ -298,8 +313,12 @@ async fn transient_failures_and_panics_are_retried_and_their_effects_rolled_back
     for db in databases("retries").await {
         let outbox = outbox(&db).await;
         let ids = [
-            commit(&outbox, vec![deposit("e1", 1, Fail::Transient(2))]).await.unwrap()[0],
-            commit(&outbox, vec![deposit("e2", 1, Fail::Panic(1))]).await.unwrap()[0],
+            commit(&outbox, vec![deposit("e1", 1, Fail::Transient(2))])
+                .await
+                .unwrap()[0],
+            commit(&outbox, vec![deposit("e2", 1, Fail::Panic(1))])
+                .await
+                .unwrap()[0],
         ];
         let report = outbox.drain(DRAIN).await.unwrap();
         assert_eq!(report.completed, 2, "{}: {report:?}", db.label());
@@ -348,16 +367,20 @@ async fn permanent_and_exhausted_failures_go_to_the_dead_letter_queue_untouched(
             let mut tx = outbox.store().begin().await.unwrap();
             let s = match &mut tx {
                 #[allow(unreachable_patterns)]
-                Tx::Sqlite(t) => sqlx::query_scalar("SELECT envelope FROM event_outbox WHERE event_id = $1")
-                    .bind(permanent.to_string())
-                    .fetch_one(&mut **t)
-                    .await
-                    .unwrap(),
-                Tx::Postgres(t) => sqlx::query_scalar("SELECT envelope FROM event_outbox WHERE event_id = $1")
-                    .bind(permanent.to_string())
-                    .fetch_one(&mut **t)
-                    .await
-                    .unwrap(),
+                Tx::Sqlite(t) => {
+                    sqlx::query_scalar("SELECT envelope FROM event_outbox WHERE event_id = $1")
+                        .bind(permanent.to_string())
+                        .fetch_one(&mut **t)
+                        .await
+                        .unwrap()
+                }
+                Tx::Postgres(t) => {
+                    sqlx::query_scalar("SELECT envelope FROM event_outbox WHERE event_id = $1")
+                        .bind(permanent.to_string())
+                        .fetch_one(&mut **t)
+                        .await
+                        .unwrap()
+                }
                 _ => unreachable!(),
             };
             tx.commit().await.unwrap();
@@ -401,7 +424,12 @@ async fn replay_keeps_the_event_id_resets_attempts_and_is_audited() {
 
         let done = outbox
             .store()
-            .resolve_dead_letters(&[dead[0].id, 999_999], Resolution::Replay, "ops@example", "downstream fixed")
+            .resolve_dead_letters(
+                &[dead[0].id, 999_999],
+                Resolution::Replay,
+                "ops@example",
+                "downstream fixed",
+            )
             .await
             .unwrap();
         assert_eq!(done, [dead[0].id]);
@@ -411,11 +439,20 @@ async fn replay_keeps_the_event_id_resets_attempts_and_is_audited() {
         let audit = outbox.store().audit_log(10).await.unwrap();
         assert_eq!(audit.len(), 1);
         assert_eq!(
-            (audit[0].action.as_str(), audit[0].actor.as_str(), audit[0].reason.as_str()),
+            (
+                audit[0].action.as_str(),
+                audit[0].actor.as_str(),
+                audit[0].reason.as_str()
+            ),
             ("replay", "ops@example", "downstream fixed")
         );
         assert_eq!(audit[0].dead_letter_ids, [dead[0].id]);
-        let resolved = outbox.store().dead_letter_by_id(dead[0].id).await.unwrap().unwrap();
+        let resolved = outbox
+            .store()
+            .dead_letter_by_id(dead[0].id)
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(resolved.resolution.as_deref(), Some("replayed"));
         assert!(outbox
             .store()
@@ -431,16 +468,20 @@ async fn applied_sequences(store: &Store, account: &str) -> Vec<i64> {
     let mut tx = store.begin().await.unwrap();
     let rows: Vec<i64> = match &mut tx {
         #[allow(unreachable_patterns)]
-        Tx::Sqlite(t) => sqlx::query_scalar("SELECT seq FROM effects WHERE aggregate = $1 ORDER BY id")
-            .bind(account)
-            .fetch_all(&mut **t)
-            .await
-            .unwrap(),
-        Tx::Postgres(t) => sqlx::query_scalar("SELECT seq FROM effects WHERE aggregate = $1 ORDER BY id")
-            .bind(account)
-            .fetch_all(&mut **t)
-            .await
-            .unwrap(),
+        Tx::Sqlite(t) => {
+            sqlx::query_scalar("SELECT seq FROM effects WHERE aggregate = $1 ORDER BY id")
+                .bind(account)
+                .fetch_all(&mut **t)
+                .await
+                .unwrap()
+        }
+        Tx::Postgres(t) => {
+            sqlx::query_scalar("SELECT seq FROM effects WHERE aggregate = $1 ORDER BY id")
+                .bind(account)
+                .fetch_all(&mut **t)
+                .await
+                .unwrap()
+        }
         _ => unreachable!(),
     };
     tx.commit().await.unwrap();
@@ -486,7 +527,12 @@ async fn later_events_of_an_aggregate_wait_for_a_dead_lettered_earlier_one() {
             .await
             .unwrap();
         outbox.drain(DRAIN).await.unwrap();
-        assert_eq!(applied_sequences(outbox.store(), "h").await, [1, 2, 3], "{}", db.label());
+        assert_eq!(
+            applied_sequences(outbox.store(), "h").await,
+            [1, 2, 3],
+            "{}",
+            db.label()
+        );
     }
 }
 
@@ -496,7 +542,10 @@ async fn purging_a_dead_letter_lets_the_aggregate_flow_and_is_audited() {
         let outbox = outbox(&db).await;
         commit(
             &outbox,
-            vec![deposit("i", 1, Fail::Permanent), deposit("i", 2, Fail::Never)],
+            vec![
+                deposit("i", 1, Fail::Permanent),
+                deposit("i", 2, Fail::Never),
+            ],
         )
         .await
         .unwrap();
@@ -508,7 +557,12 @@ async fn purging_a_dead_letter_lets_the_aggregate_flow_and_is_audited() {
             .unwrap();
         outbox
             .store()
-            .resolve_dead_letters(&[dead[0].id], Resolution::Purge, "ops", "account closed for good")
+            .resolve_dead_letters(
+                &[dead[0].id],
+                Resolution::Purge,
+                "ops",
+                "account closed for good",
+            )
             .await
             .unwrap();
         outbox.drain(DRAIN).await.unwrap();
@@ -533,11 +587,15 @@ async fn unknown_event_types_and_undecodable_payloads_are_dead_lettered_with_the
         newer.version = 9;
         let mut broken: RawEnvelope = good.to_raw().unwrap();
         broken.meta.id = Uuid::now_v7();
-        broken.data = serde_json::value::RawValue::from_string(r#"{"account":"j"}"#.into()).unwrap();
+        broken.data =
+            serde_json::value::RawValue::from_string(r#"{"account":"j"}"#.into()).unwrap();
         let mut tx = outbox.store().begin().await.unwrap();
         tx.execute(
             "UPDATE event_outbox SET envelope = $1, version = 9 WHERE event_id = $2",
-            &[SqlValue::Text(&newer.to_json()), SqlValue::Text(&good.id().to_string())],
+            &[
+                SqlValue::Text(&newer.to_json()),
+                SqlValue::Text(&good.id().to_string()),
+            ],
         )
         .await
         .unwrap();
@@ -564,11 +622,17 @@ async fn unknown_event_types_and_undecodable_payloads_are_dead_lettered_with_the
             .unwrap();
         let unknown = dead.iter().find(|d| d.event_id == good.id()).unwrap();
         assert_eq!(unknown.reason, "unknown_event");
-        assert!(unknown.error_chain[0].contains("unknown version 9"), "{:?}", unknown.error_chain);
+        assert!(
+            unknown.error_chain[0].contains("unknown version 9"),
+            "{:?}",
+            unknown.error_chain
+        );
         let bad = dead.iter().find(|d| d.event_id == broken.meta.id).unwrap();
         assert_eq!(bad.reason, "undecodable");
         assert!(
-            bad.error_chain.iter().any(|e| e.contains("missing field `amount`")),
+            bad.error_chain
+                .iter()
+                .any(|e| e.contains("missing field `amount`")),
             "{:?}",
             bad.error_chain
         );
@@ -598,14 +662,20 @@ async fn workers_deliver_in_the_background_and_shut_down_gracefully() {
         let mut ids = Vec::new();
         for n in 0..20 {
             ids.extend(
-                commit(&outbox, vec![deposit(&format!("w{n}"), 1, Fail::Transient(1))])
-                    .await
-                    .unwrap(),
+                commit(
+                    &outbox,
+                    vec![deposit(&format!("w{n}"), 1, Fail::Transient(1))],
+                )
+                .await
+                .unwrap(),
             );
         }
         let deadline = std::time::Instant::now() + DRAIN;
         while outbox.store().stats().await.unwrap().pending > 0 {
-            assert!(std::time::Instant::now() < deadline, "workers did not finish");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "workers did not finish"
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let released = workers.shutdown(Duration::from_secs(5)).await.unwrap();
@@ -643,7 +713,11 @@ async fn an_expired_lease_is_claimed_again_and_a_live_one_is_not() {
         .await
         .unwrap();
         tx.commit().await.unwrap();
-        assert_eq!(outbox.deliver_batch().await.unwrap().claimed, 0, "live lease");
+        assert_eq!(
+            outbox.deliver_batch().await.unwrap().claimed,
+            0,
+            "live lease"
+        );
         tokio::time::sleep(Duration::from_millis(450)).await;
         let r = outbox.deliver_batch().await.unwrap();
         assert_eq!((r.claimed, r.completed), (1, 1), "{}", db.label());

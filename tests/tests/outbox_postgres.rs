@@ -11,9 +11,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use event_core::{event_handler, DomainEvent, Envelope, EventRecorder, HandlerError};
-use event_runtime::{
-    sqlx, Dispatcher, Outbox, OutboxConfig, RetryPolicy, SqlValue, Store, Tx,
-};
+use event_runtime::{sqlx, Dispatcher, Outbox, OutboxConfig, RetryPolicy, SqlValue, Store, Tx};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -152,7 +150,10 @@ async fn two_worker_pools_keep_per_aggregate_order_and_deliver_each_event_once()
     );
     let (ra, rb) = (ra.unwrap(), rb.unwrap());
     assert_eq!(ra.completed + rb.completed, 200);
-    assert!(ra.completed > 0 && rb.completed > 0, "both pools worked: {ra:?} {rb:?}");
+    assert!(
+        ra.completed > 0 && rb.completed > 0,
+        "both pools worked: {ra:?} {rb:?}"
+    );
 
     // Committed effects: exactly one per event (failed attempts rolled back).
     let rows = rows(a.store()).await;
@@ -220,5 +221,9 @@ async fn a_worker_whose_lease_expired_cannot_record_a_second_effect() {
     assert_eq!((taken.claimed, taken.completed), (1, 1));
     let lost = slow_run.await.unwrap();
     assert_eq!((lost.claimed, lost.completed, lost.lease_lost), (1, 0, 1));
-    assert_eq!(rows(fast.store()).await.len(), 1, "the slow worker's effect was rolled back");
+    assert_eq!(
+        rows(fast.store()).await.len(),
+        1,
+        "the slow worker's effect was rolled back"
+    );
 }
