@@ -90,12 +90,12 @@ mod uow;
 
 pub use dispatcher::{DispatchError, Dispatcher, DispatcherBuilder};
 pub use guard::DEFAULT_GUARD_CAPACITY;
-pub use registry::{Registry, RegistryBuilder, RegistryError};
-pub use report::{DispatchReport, HandlerOutcome, Outcome};
 pub use outbox::{
     BatchReport, FaultAction, FaultPoint, Outbox, OutboxBuilder, OutboxConfig, OutboxError,
     OutboxUnitOfWork, Workers,
 };
+pub use registry::{Registry, RegistryBuilder, RegistryError};
+pub use report::{DispatchReport, HandlerOutcome, Outcome};
 pub use retry::RetryPolicy;
 pub use store::{
     AuditEntry, BackendKind, DeadLetter, DeadLetterFilter, HandlerStats, OutboxStats, Resolution,
@@ -106,3 +106,8 @@ pub use uow::{CommitError, HandlerErrorSource, UnitOfWork};
 /// Re-exported so that handlers can name `sqlx::SqliteConnection` / `sqlx::PgConnection`
 /// without a version mismatch.
 pub use sqlx;
+
+// The README's examples are compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeDoctests;
