@@ -207,14 +207,14 @@ fn handler_registration(handler: &Handler, spec: &HandlerSpec) -> TokenStream {
     let mut args = Vec::new();
     let mut resources = Vec::new();
     let mut transaction = quote!(_event_core::__private::None);
-    let mut event = None;
+    let mut has_event = false;
     for role in &spec.params {
         match role {
             Role::Event(ty) => {
                 adapters.push(adapter("__EVENT", "EventParam", ty));
                 extract.push(quote!(let __event = (__EVENT.get)(__ctx)?;));
                 args.push(quote!(__event));
-                event = Some(());
+                has_event = true;
             }
             Role::Resource(index, ty) => {
                 let name = format!("__RESOURCE_{index}");
@@ -235,7 +235,7 @@ fn handler_registration(handler: &Handler, spec: &HandlerSpec) -> TokenStream {
         }
     }
     // `check` reported a handler without a usable event parameter; nothing to emit.
-    if event.is_none() {
+    if !has_event {
         return TokenStream::new();
     }
 
