@@ -75,6 +75,9 @@ pub struct HandlerDescriptor {
     pub priority: i32,
     /// Delivery mode.
     pub mode: DeliveryMode,
+    /// Whether durable delivery keeps per-aggregate order for this handler (the default;
+    /// `#[event_handler(unordered)]` turns it off).
+    pub ordered: bool,
     /// The `&T` resources the handler takes after the event, in parameter order.
     pub resources: &'static [ResourceDescriptor],
     /// The `&mut T` transaction or connection parameter, if any.
@@ -97,6 +100,7 @@ impl fmt::Debug for HandlerDescriptor {
             .field("event", &format_args!("{} v{}", event.name, event.version))
             .field("priority", &self.priority)
             .field("mode", &self.mode)
+            .field("ordered", &self.ordered)
             .field("resources", &self.resources)
             .field("transaction", &self.transaction)
             .field("location", &format_args!("{}:{}", self.file, self.line))

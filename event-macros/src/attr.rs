@@ -144,6 +144,7 @@ pub(crate) struct HandlerAttrs {
     pub(crate) priority: Option<Int>,
     pub(crate) name: Option<LitStr>,
     pub(crate) in_transaction: bool,
+    pub(crate) unordered: bool,
     pub(crate) crate_path: Option<Path>,
 }
 
@@ -151,6 +152,7 @@ pub(crate) fn handler_attrs(cx: &Ctxt, args: TokenStream) -> HandlerAttrs {
     let mut priority = Attr::none(cx, "priority");
     let mut name = Attr::none(cx, "name");
     let mut in_transaction = Attr::none(cx, "in_transaction");
+    let mut unordered = Attr::none(cx, "unordered");
     let mut crate_path = Attr::none(cx, "crate");
 
     let parser = syn::meta::parser(|meta| {
@@ -165,13 +167,16 @@ pub(crate) fn handler_attrs(cx: &Ctxt, args: TokenStream) -> HandlerAttrs {
         } else if path.is_ident("in_transaction") {
             let ok = flag(cx, &meta, "in_transaction")?;
             in_transaction.set(path, ok.then_some(()));
+        } else if path.is_ident("unordered") {
+            let ok = flag(cx, &meta, "unordered")?;
+            unordered.set(path, ok.then_some(()));
         } else if path.is_ident("crate") {
             crate_path.set(path, crate_path_value(cx, &meta)?);
         } else {
             unknown_key(
                 cx,
                 &meta,
-                "`priority`, `name`, `in_transaction` or `crate`",
+                "`priority`, `name`, `in_transaction`, `unordered` or `crate`",
                 "event_handler",
             )?;
         }
@@ -185,6 +190,7 @@ pub(crate) fn handler_attrs(cx: &Ctxt, args: TokenStream) -> HandlerAttrs {
         priority: priority.get(),
         name: name.get(),
         in_transaction: in_transaction.get().is_some(),
+        unordered: unordered.get().is_some(),
         crate_path: crate_path.get(),
     }
 }

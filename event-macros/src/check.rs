@@ -191,6 +191,7 @@ pub(crate) struct HandlerSpec<'a> {
     pub(crate) priority: i32,
     pub(crate) name: Option<&'a LitStr>,
     pub(crate) in_transaction: bool,
+    pub(crate) unordered: bool,
     /// The return type, `None` for `()` written as nothing.
     pub(crate) output: Option<&'a Type>,
 }
@@ -334,6 +335,7 @@ pub(crate) fn handler<'a>(cx: &Ctxt, handler: &'a Handler<'a>) -> HandlerSpec<'a
         priority,
         name: attrs.name.as_ref(),
         in_transaction: attrs.in_transaction,
+        unordered: attrs.unordered,
         output: match &sig.output {
             ReturnType::Default => None,
             ReturnType::Type(_, ty) => Some(ty),

@@ -310,6 +310,7 @@ fn handler_registration(handler: &Handler, spec: &HandlerSpec) -> TokenStream {
     } else {
         quote!(AfterCommit)
     };
+    let ordered = !spec.unordered;
     // `line!()` at the function's name reports the function's line, not the attribute's.
     let location = quote_spanned! {ident.span()=>
         file: _event_core::__private::file!(),
@@ -330,6 +331,7 @@ fn handler_registration(handler: &Handler, spec: &HandlerSpec) -> TokenStream {
                     event: __EVENT.describe,
                     priority: #priority,
                     mode: _event_core::__private::DeliveryMode::#mode,
+                    ordered: #ordered,
                     resources: &[#(#resources),*],
                     transaction: #transaction,
                     takes_envelope: __EVENT.takes_envelope,

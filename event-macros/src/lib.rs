@@ -145,6 +145,7 @@ pub fn derive_domain_event(input: TokenStream) -> TokenStream {
 /// | `priority = 10` | order among the handlers of one event, lower first; may be negative | `0` |
 /// | `name = "…"` | the stable handler name, first half of the idempotency key: pin it so that moving the function does not reset deduplication | module path and function name |
 /// | `in_transaction` | run inside the unit of work's open transaction, before COMMIT; an error aborts the commit | after commit, through durable delivery |
+/// | `unordered` | deliveries of this handler are not held back by earlier events of the same aggregate (for handlers whose effects commute: an export, a counter); a dead letter then blocks nothing | per aggregate, in sequence order: event *n* waits until *n − 1* completed |
 /// | `crate = path` | the path to `event_core` when it is re-exported | `::event_core` |
 ///
 /// # Errors

@@ -122,8 +122,8 @@ struct Inner {
     dispatcher: Dispatcher,
     config: OutboxConfig,
     policies: HashMap<String, RetryPolicy>,
-    /// Names of the after-commit handlers of each event type.
-    destinations: HashMap<TypeId, Vec<&'static str>>,
+    /// The after-commit handlers of each event type: (name, keeps per-aggregate order).
+    destinations: HashMap<TypeId, Vec<(&'static str, bool)>>,
     wake: Notify,
     rng: Mutex<fastrand::Rng>,
     fault: Option<FaultHook>,
@@ -297,7 +297,7 @@ impl OutboxBuilder {
                 self.config.retention
             )));
         }
-        let mut destinations: HashMap<TypeId, Vec<&'static str>> = HashMap::new();
+        let mut destinations: HashMap<TypeId, Vec<(&'static str, bool)>> = HashMap::new();
         for event in dispatcher.registry().events() {
             let handlers = dispatcher
                 .registry()
@@ -307,7 +307,7 @@ impl OutboxBuilder {
                     h.mode == DeliveryMode::AfterCommit
                         && ((h.event)().type_id)() == (event.type_id)()
                 })
-                .map(|h| h.name)
+                .map(|h| (h.name, h.ordered))
                 .collect();
             destinations.insert((event.type_id)(), handlers);
         }

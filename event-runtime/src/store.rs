@@ -457,21 +457,23 @@ impl Store {
                 return Err(conflict_or(e, chunk));
             }
         }
-        let deliveries: Vec<(&OutboxRow, &str)> = events
+        let deliveries: Vec<(&OutboxRow, &str, bool)> = events
             .iter()
-            .flat_map(|e| e.handlers.iter().map(move |h| (e, *h)))
+            .flat_map(|e| e.handlers.iter().map(move |(h, ordered)| (e, *h, *ordered)))
             .collect();
         for chunk in deliveries.chunks(200) {
             on_tx!(tx, |t| {
                 let mut qb = sqlx::QueryBuilder::new(
                     "INSERT INTO event_deliveries (handler, event_id, aggregate_type, aggregate_id, sequence, next_attempt_at, created_at) ",
                 );
-                qb.push_values(chunk, |mut b, (e, h)| {
+                qb.push_values(chunk, |mut b, (e, h, ordered)| {
+                    // Sequence 0 is never held back by, nor holds back, another delivery.
+                    let sequence = if *ordered { to_i64(e.sequence) } else { 0 };
                     b.push_bind(h.to_string())
                         .push_bind(e.event_id.to_string())
                         .push_bind(e.aggregate_type.clone())
                         .push_bind(e.aggregate_id.clone())
-                        .push_bind(to_i64(e.sequence))
+                        .push_bind(sequence)
                         .push_bind(now)
                         .push_bind(now);
                 });
@@ -1065,7 +1067,8 @@ pub(crate) struct OutboxRow {
     pub(crate) sequence: u64,
     pub(crate) occurred_at: i64,
     pub(crate) envelope: String,
-    pub(crate) handlers: Vec<&'static str>,
+    /// After-commit handlers: (name, keeps per-aggregate order).
+    pub(crate) handlers: Vec<(&'static str, bool)>,
 }
 
 /// A delivery leased to a worker.

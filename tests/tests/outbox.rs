@@ -92,6 +92,25 @@ async fn check_amount(e: &Deposited, tx: &mut Tx) -> Result<(), HandlerError> {
     Ok(())
 }
 
+/// Unordered: an export whose effects commute, so a dead letter must not hold back later
+/// events of the same aggregate.
+#[event_handler(name = "export", unordered)]
+async fn export(envelope: &Envelope<Deposited>, tx: &mut Tx) -> Result<(), HandlerError> {
+    if envelope.event().fail == Fail::Permanent {
+        return Err(HandlerError::permanent_msg("the legacy system refuses it"));
+    }
+    tx.execute(
+        "INSERT INTO effects (event_id, handler, aggregate, seq) VALUES ($1, 'export', $2, $3)",
+        &[
+            SqlValue::Text(&envelope.id().to_string()),
+            SqlValue::Text(&envelope.event().account),
+            SqlValue::Int(envelope.sequence() as i64),
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
 const EFFECTS_SQLITE: &str = "CREATE TABLE IF NOT EXISTS effects (id INTEGER PRIMARY KEY AUTOINCREMENT, event_id TEXT NOT NULL, handler TEXT NOT NULL, aggregate TEXT NOT NULL, seq BIGINT NOT NULL)";
 const EFFECTS_PG: &str = "CREATE TABLE IF NOT EXISTS effects (id BIGSERIAL PRIMARY KEY, event_id TEXT NOT NULL, handler TEXT NOT NULL, aggregate TEXT NOT NULL, seq BIGINT NOT NULL)";
 
@@ -722,5 +741,53 @@ async fn an_expired_lease_is_claimed_again_and_a_live_one_is_not() {
         let r = outbox.deliver_batch().await.unwrap();
         assert_eq!((r.claimed, r.completed), (1, 1), "{}", db.label());
         assert_eq!(effects_of(outbox.store(), id).await, 1);
+    }
+}
+
+#[tokio::test]
+async fn an_unordered_handler_is_not_held_back_by_a_dead_letter() {
+    for db in databases("unordered").await {
+        let store = db.open().await;
+        setup(&store).await;
+        let outbox = Outbox::builder(store)
+            .dispatcher(
+                Dispatcher::builder_empty()
+                    .handler::<apply>()
+                    .handler::<export>(),
+            )
+            .resource(Attempts::default())
+            .config(fast_retries())
+            .build()
+            .unwrap();
+        commit(
+            &outbox,
+            vec![
+                deposit("u", 1, Fail::Permanent),
+                deposit("u", 2, Fail::Never),
+                deposit("u", 3, Fail::Never),
+            ],
+        )
+        .await
+        .unwrap();
+        outbox.drain(DRAIN).await.unwrap();
+        let stats = outbox.store().stats().await.unwrap();
+        let per: HashMap<_, _> = stats
+            .handlers
+            .iter()
+            .map(|h| (h.handler.as_str(), (h.completed, h.dead, h.pending)))
+            .collect();
+        assert_eq!(
+            per["export"],
+            (2, 1, 0),
+            "{}: export flows past its dead letter",
+            db.label()
+        );
+        assert_eq!(
+            per["apply"],
+            (0, 1, 2),
+            "{}: apply keeps order and waits",
+            db.label()
+        );
+        assert_eq!(stats.blocked, 2);
     }
 }
