@@ -79,6 +79,7 @@
 
 #[cfg(feature = "cli")]
 pub mod cli;
+mod compat;
 mod dispatcher;
 mod guard;
 mod outbox;
@@ -88,11 +89,15 @@ mod retry;
 mod store;
 mod uow;
 
+pub use compat::{
+    check_catalog, check_schema, CatalogEntry, Compatibility, Direction, ParseCompatibilityError,
+    Rule, Violation,
+};
 pub use dispatcher::{DispatchError, Dispatcher, DispatcherBuilder};
 pub use guard::DEFAULT_GUARD_CAPACITY;
 pub use outbox::{
-    BatchReport, FaultAction, FaultPoint, Outbox, OutboxBuilder, OutboxConfig, OutboxError,
-    OutboxUnitOfWork, Workers,
+    BatchReport, CommitReport, FaultAction, FaultPoint, Outbox, OutboxBuilder, OutboxConfig,
+    OutboxError, OutboxUnitOfWork, Workers,
 };
 pub use registry::{Registry, RegistryBuilder, RegistryError};
 pub use report::{DispatchReport, HandlerOutcome, Outcome};

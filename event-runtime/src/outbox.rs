@@ -29,7 +29,7 @@ pub enum OutboxError {
     Store(#[from] StoreError),
     /// An in-transaction handler failed: the transaction was rolled back, nothing was written.
     #[error(transparent)]
-    Aborted(#[from] CommitError),
+    Aborted(Box<CommitError>),
     /// An event's payload could not be serialised.
     #[error("event {event_id} ({name}) cannot be serialised: {source}")]
     Encode {
@@ -324,6 +324,18 @@ impl OutboxBuilder {
             }),
         })
     }
+}
+
+/// What a unit of work's commit did.
+#[derive(Debug, Default)]
+#[non_exhaustive]
+pub struct CommitReport {
+    /// Events written to the outbox.
+    pub appended: usize,
+    /// Events skipped because their id was already in the outbox.
+    pub duplicates: usize,
+    /// The in-transaction handlers' outcomes, one report per appended event.
+    pub in_transaction: Vec<DispatchReport>,
 }
 
 /// What one delivery batch did.
@@ -856,44 +868,20 @@ impl OutboxUnitOfWork<'_> {
         Ok(())
     }
 
-    /// Commits. Returns the reports of the in-transaction handlers, one per event.
+    /// Commits: appends the events to the outbox, runs the in-transaction handlers of the
+    /// events that were new, writes their delivery rows, and COMMITs — all in the one
+    /// transaction. An event whose id is already in the outbox (a retried command, a
+    /// redelivered message) is skipped whole: no in-transaction handler, no delivery, no second
+    /// effect.
     ///
     /// # Errors
     /// [`OutboxError::Aborted`] when an in-transaction handler failed or panicked (rolled
     /// back); [`OutboxError::Encode`] when a payload cannot be serialised (rolled back);
     /// [`OutboxError::Store`] — [`StoreError::Conflict`] when another commit recorded the same
     /// aggregate sequence, or a database failure (rolled back).
-    pub async fn commit(mut self) -> Result<Vec<DispatchReport>, OutboxError> {
+    pub async fn commit(mut self) -> Result<CommitReport, OutboxError> {
         let outbox = self.outbox;
         let mut tx = self.tx.take().expect("commit takes the transaction once");
-        let mut reports = Vec::with_capacity(self.pending.len());
-        for envelope in &self.pending {
-            let mut report = outbox
-                .inner
-                .dispatcher
-                .dispatch_phase(
-                    &**envelope,
-                    Phase::Only(DeliveryMode::InTransaction),
-                    Some(&mut tx),
-                )
-                .await;
-            if let Some(i) = report.outcomes.iter().position(|o| o.outcome.is_failure()) {
-                let failed = report.outcomes.swap_remove(i);
-                tx.rollback().await?;
-                let (reason, error) = match failed.outcome {
-                    Outcome::Failed(e) => (format!("failed: {e}"), Some(HandlerErrorSource(e))),
-                    other => (other.to_string(), None),
-                };
-                return Err(OutboxError::Aborted(CommitError {
-                    handler: failed.handler,
-                    event_name: envelope.name(),
-                    event_id: envelope.metadata().id,
-                    reason,
-                    error,
-                }));
-            }
-            reports.push(report);
-        }
         let mut rows = Vec::with_capacity(self.pending.len());
         for envelope in &mut self.pending {
             if let Some(source) = &outbox.inner.config.source {
@@ -924,7 +912,48 @@ impl OutboxUnitOfWork<'_> {
                     .unwrap_or_default(),
             });
         }
-        Store::append(&mut tx, &rows, now_ms()).await?;
+        let now = now_ms();
+        let new_ids = Store::insert_events(&mut tx, &rows, now).await?;
+        let mut report = CommitReport::default();
+        let mut new_rows = Vec::with_capacity(new_ids.len());
+        for (envelope, row) in self.pending.iter().zip(&rows) {
+            if !new_ids.contains(&row.event_id.to_string()) {
+                report.duplicates += 1;
+                continue;
+            }
+            new_rows.push(row);
+            let mut dispatched = outbox
+                .inner
+                .dispatcher
+                .dispatch_phase(
+                    &**envelope,
+                    Phase::Only(DeliveryMode::InTransaction),
+                    Some(&mut tx),
+                )
+                .await;
+            if let Some(i) = dispatched
+                .outcomes
+                .iter()
+                .position(|o| o.outcome.is_failure())
+            {
+                let failed = dispatched.outcomes.swap_remove(i);
+                tx.rollback().await?;
+                let (reason, error) = match failed.outcome {
+                    Outcome::Failed(e) => (format!("failed: {e}"), Some(HandlerErrorSource(e))),
+                    other => (other.to_string(), None),
+                };
+                return Err(OutboxError::Aborted(Box::new(CommitError {
+                    handler: failed.handler,
+                    event_name: envelope.name(),
+                    event_id: envelope.metadata().id,
+                    reason,
+                    error,
+                })));
+            }
+            report.in_transaction.push(dispatched);
+        }
+        report.appended = new_rows.len();
+        Store::insert_deliveries(&mut tx, &new_rows, now).await?;
         let tx = outbox
             .inject(FaultPoint::BeforeCommit, Some(tx))
             .await?
@@ -932,6 +961,6 @@ impl OutboxUnitOfWork<'_> {
         tx.commit().await?;
         outbox.inject(FaultPoint::AfterCommit, None).await?;
         outbox.inner.wake.notify_waiters();
-        Ok(reports)
+        Ok(report)
     }
 }

@@ -5,6 +5,7 @@
 //! placeholders work in both), and times stored as milliseconds since the Unix epoch (UTC).
 
 use std::any::{Any, TypeId};
+use std::collections::HashSet;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -424,13 +425,15 @@ impl Store {
 
     // ---- outbox ------------------------------------------------------------------------
 
-    /// Inserts outbox rows and their delivery rows in `tx`. An event id already present is
-    /// skipped with its deliveries (appending is idempotent).
-    pub(crate) async fn append(
+    /// Inserts outbox rows in `tx` and returns the ids of those that were new: an event id
+    /// already present is skipped (appending is idempotent). On PostgreSQL a concurrent
+    /// transaction inserting the same id makes this one wait for it, then skip.
+    pub(crate) async fn insert_events(
         tx: &mut Tx,
         events: &[OutboxRow],
         now: i64,
-    ) -> Result<(), StoreError> {
+    ) -> Result<HashSet<String>, StoreError> {
+        let mut inserted = HashSet::with_capacity(events.len());
         for chunk in events.chunks(200) {
             let result = on_tx!(tx, |t| {
                 let mut qb = sqlx::QueryBuilder::new(
@@ -447,19 +450,30 @@ impl Store {
                         .push_bind(now)
                         .push_bind(e.envelope.clone());
                 });
-                qb.push(" ON CONFLICT (event_id) DO NOTHING");
-                qb.build()
-                    .execute(&mut **t)
-                    .await
-                    .map(|r| r.rows_affected())
+                qb.push(" ON CONFLICT (event_id) DO NOTHING RETURNING event_id");
+                qb.build_query_scalar::<String>().fetch_all(&mut **t).await
             });
-            if let Err(e) = result {
-                return Err(conflict_or(e, chunk));
+            match result {
+                Ok(ids) => inserted.extend(ids),
+                Err(e) => return Err(conflict_or(e, chunk)),
             }
         }
+        Ok(inserted)
+    }
+
+    /// Inserts one delivery row per (event, after-commit handler) of `events`.
+    pub(crate) async fn insert_deliveries(
+        tx: &mut Tx,
+        events: &[&OutboxRow],
+        now: i64,
+    ) -> Result<(), StoreError> {
         let deliveries: Vec<(&OutboxRow, &str, bool)> = events
             .iter()
-            .flat_map(|e| e.handlers.iter().map(move |(h, ordered)| (e, *h, *ordered)))
+            .flat_map(|e| {
+                e.handlers
+                    .iter()
+                    .map(move |(h, ordered)| (*e, *h, *ordered))
+            })
             .collect();
         for chunk in deliveries.chunks(200) {
             on_tx!(tx, |t| {

@@ -291,13 +291,21 @@ async fn appending_an_event_id_twice_has_one_effect() {
     for db in databases("append_twice").await {
         let outbox = outbox(&db).await;
         let envelope = Envelope::new(deposit("c", 1, Fail::Never)).with_sequence(1);
+        let mut duplicates = Vec::new();
         for _ in 0..2 {
             let mut uow = outbox.begin().await.unwrap();
             uow.add(envelope.clone());
-            uow.commit().await.unwrap();
+            let report = uow.commit().await.unwrap();
+            duplicates.push((report.appended, report.duplicates));
         }
+        assert_eq!(duplicates, [(1, 0), (0, 1)]);
         outbox.drain(DRAIN).await.unwrap();
         assert_eq!(effects_of(outbox.store(), envelope.id()).await, 1);
+        assert_eq!(
+            count(outbox.store(), "SELECT COUNT(*) FROM ledger", &[]).await,
+            1,
+            "the in-transaction handler ran once"
+        );
         assert_eq!(
             count(outbox.store(), "SELECT COUNT(*) FROM event_deliveries", &[]).await,
             1
