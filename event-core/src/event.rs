@@ -55,6 +55,13 @@ pub trait DomainEvent: Serialize + DeserializeOwned + Send + Sync + 'static {
     /// The id of the aggregate instance this event belongs to (the field marked
     /// `#[event(aggregate_id)]`). Carried as the CloudEvents `subject` attribute.
     fn aggregate_id(&self) -> &Self::AggregateId;
+
+    /// The JSON Schema (draft 2020-12) of the payload, when the type also derives
+    /// `schemars::JsonSchema`; `None` otherwise. `#[derive(DomainEvent)]` fills it in; it feeds
+    /// the schema catalog and its compatibility check.
+    fn json_schema() -> Option<serde_json::Value> {
+        None
+    }
 }
 
 /// Everything the runtime needs to know about one event type, without knowing the type.
@@ -75,6 +82,8 @@ pub struct EventDescriptor {
     pub type_id: fn() -> TypeId,
     /// Decodes a raw envelope whose name and version match into a typed [`Envelope`].
     pub decode: fn(&RawEnvelope) -> Result<Box<dyn AnyEnvelope>, DecodeError>,
+    /// The payload's JSON Schema ([`DomainEvent::json_schema`]).
+    pub schema: fn() -> Option<serde_json::Value>,
 }
 
 impl EventDescriptor {
@@ -87,6 +96,7 @@ impl EventDescriptor {
             type_name: std::any::type_name::<E>(),
             type_id: TypeId::of::<E>,
             decode: decode_boxed::<E>,
+            schema: E::json_schema,
         }
     }
 }

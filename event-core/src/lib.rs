@@ -90,8 +90,40 @@ pub fn registered_handlers() -> impl Iterator<Item = &'static HandlerDescriptor>
 #[allow(clippy::new_without_default)]
 pub mod __private {
     pub use inventory;
+    pub use schemars;
     pub use serde;
     pub use serde_json;
+
+    /// Autoref specialisation: `(&SchemaProbe::<T>::NEW).json_schema()` is the schema of `T`
+    /// when `T: JsonSchema` (the by-value method wins), `None` otherwise (the by-reference
+    /// fallback). Lets the derive fill in the schema without requiring `JsonSchema`.
+    pub struct SchemaProbe<T: ?Sized>(core::marker::PhantomData<T>);
+    impl<T: ?Sized> SchemaProbe<T> {
+        /// The probe.
+        pub const NEW: Self = SchemaProbe(core::marker::PhantomData);
+    }
+    /// The schema of a `JsonSchema` type.
+    pub trait SchemaOf {
+        /// `Some(schema)`.
+        fn json_schema(&self) -> Option<serde_json::Value>;
+    }
+    impl<T: ?Sized + schemars::JsonSchema> SchemaOf for SchemaProbe<T> {
+        fn json_schema(&self) -> Option<serde_json::Value> {
+            Some(
+                schemars::SchemaGenerator::default()
+                    .into_root_schema_for::<T>()
+                    .to_value(),
+            )
+        }
+    }
+    /// The fallback for types without a schema.
+    pub trait NoSchema {
+        /// `None`.
+        fn json_schema(&self) -> Option<serde_json::Value> {
+            None
+        }
+    }
+    impl<T: ?Sized> NoSchema for &SchemaProbe<T> {}
 
     pub use crate::{
         DeliveryMode, DomainEvent, Envelope, EventArg, EventDescriptor, EventRegistration, Handler,
@@ -99,7 +131,7 @@ pub mod __private {
         HandlerRegistration, IntoHandlerResult, Resource, ResourceDescriptor,
     };
 
-    pub use core::option::Option::{None, Some};
+    pub use core::option::Option::{self, None, Some};
     pub use core::result::Result::{Err, Ok};
     pub use std::boxed::Box;
 

@@ -95,6 +95,11 @@ fn event_impl(event: &Event, spec: &EventSpec, register: bool) -> TokenStream {
                 fn aggregate_id(&self) -> &Self::AggregateId {
                     #id_body
                 }
+                fn json_schema() -> _event_core::__private::Option<_event_core::__private::serde_json::Value> {
+                    #[allow(unused_imports)]
+                    use _event_core::__private::{NoSchema as _, SchemaOf as _};
+                    (&_event_core::__private::SchemaProbe::<#ident>::NEW).json_schema()
+                }
             }
 
             #describe
