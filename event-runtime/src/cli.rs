@@ -263,13 +263,14 @@ enum Command {
     /// The outbox backlog
     #[command(subcommand)]
     Outbox(OutboxCommand),
-    /// The application's event types: name, version, Rust type (embedded only)
+    /// The application's event types: name, version, Rust type, handlers and JSON Schema
+    /// (embedded only)
     Catalog {
         /// Print JSON
         #[arg(long)]
         json: bool,
     },
-    /// Check that every pending delivery can be decoded and handled by this application
+    /// Check that every pending delivery and dead letter can be decoded by this application
     /// (embedded only; needs --database)
     Check,
 }
@@ -1009,6 +1010,8 @@ struct CatalogEntry<'a> {
     aggregate_type: &'a str,
     rust_type: &'a str,
     handlers: Vec<&'a str>,
+    /// The payload's JSON Schema; `null` when the type does not derive `JsonSchema`.
+    schema: serde_json::Value,
 }
 
 fn print_catalog(registry: &Registry, json: bool, io: &mut Io<'_>) -> Result<(), CliError> {
@@ -1026,6 +1029,7 @@ fn print_catalog(registry: &Registry, json: bool, io: &mut Io<'_>) -> Result<(),
                 .filter(|h| ((h.event)().type_id)() == (e.type_id)())
                 .map(|h| h.name)
                 .collect(),
+            schema: (e.schema)().unwrap_or(serde_json::Value::Null),
         })
         .collect();
     entries.sort_by(|a, b| (a.name, a.version).cmp(&(b.name, b.version)));
@@ -1036,22 +1040,31 @@ fn print_catalog(registry: &Registry, json: bool, io: &mut Io<'_>) -> Result<(),
         writeln!(io.out, "no event types registered")?;
         return Ok(());
     }
-    let mut table = Table::new(&["NAME", "VERSION", "RUST TYPE", "HANDLERS"], &["VERSION"]);
+    let mut table = Table::new(
+        &["NAME", "VERSION", "RUST TYPE", "HANDLERS", "SCHEMA FIELDS"],
+        &["VERSION"],
+    );
     for e in &entries {
+        let fields = match e.schema.get("properties").and_then(|p| p.as_object()) {
+            Some(p) => p.keys().cloned().collect::<Vec<_>>().join(", "),
+            None if e.schema.is_null() => "(no JSON Schema: derive schemars::JsonSchema)".into(),
+            None => "-".into(),
+        };
         table.row(vec![
             e.name.to_owned(),
             e.version.to_string(),
             e.rust_type.to_owned(),
             e.handlers.len().to_string(),
+            fields,
         ]);
     }
     table.write(io.out)?;
     Ok(())
 }
 
-/// For now: every pending delivery names a handler of this application and its envelope
-/// decodes into a registered type. Schema compatibility against a committed catalog comes with
-/// the catalog.
+/// Pre-deploy check: every pending delivery names a handler of this application and its
+/// envelope decodes into a registered type, and every open dead letter's envelope decodes too
+/// (so that a replay after the deploy can succeed).
 async fn check(store: &Store, registry: &Registry, io: &mut Io<'_>) -> Result<(), CliError> {
     let pending = store.pending_envelopes().await?;
     let mut problems = 0;
@@ -1071,13 +1084,29 @@ async fn check(store: &Store, registry: &Registry, io: &mut Io<'_>) -> Result<()
             writeln!(io.out, "{handler} / {event_id}: {problem}")?;
         }
     }
+    let dead = store.dead_letters(&DeadLetterFilter::default()).await?;
+    for d in &dead {
+        let problem = match RawEnvelope::from_json(&d.envelope) {
+            Err(e) => Some(format!("undecodable envelope: {e}")),
+            Ok(raw) => registry.decode(&raw).err().map(|e| e.to_string()),
+        };
+        if let Some(problem) = problem {
+            problems += 1;
+            writeln!(
+                io.out,
+                "dead letter {} ({} / {}): {problem}",
+                d.id, d.handler, d.event_id
+            )?;
+        }
+    }
     if problems > 0 {
         return Err(CliError::CheckFailed(problems));
     }
     writeln!(
         io.out,
-        "ok: {} pending deliveries, every one decodes and has its handler",
-        pending.len()
+        "ok: {} pending deliveries and {} dead letters, every one decodes with this application's event types",
+        pending.len(),
+        dead.len()
     )?;
     Ok(())
 }

@@ -77,6 +77,7 @@
 #![warn(missing_docs, unreachable_pub)]
 #![doc(test(attr(deny(warnings))))]
 
+mod catalog;
 #[cfg(feature = "cli")]
 pub mod cli;
 mod compat;
@@ -89,6 +90,7 @@ mod retry;
 mod store;
 mod uow;
 
+pub use catalog::{Catalog, CatalogCheck, CatalogError, CatalogReport, BLESS_VAR};
 pub use compat::{
     check_catalog, check_schema, CatalogEntry, Compatibility, Direction, ParseCompatibilityError,
     Rule, Violation,
