@@ -48,6 +48,52 @@
 //! # }
 //! ```
 //!
+//! # Durable delivery
+//! [`Outbox`] carries events reliably over a [`Store`] (SQLite by default — feature `sqlite`,
+//! a file or `sqlite::memory:`, no server — or PostgreSQL with the feature `postgres`):
+//!
+//! 1. [`Outbox::begin`] opens a unit of work over a database transaction ([`Tx`]); the
+//!    application writes its state through [`OutboxUnitOfWork::tx`] and adds the events its
+//!    aggregates recorded;
+//! 2. [`OutboxUnitOfWork::commit`] appends one outbox row per event (an event id already
+//!    present is skipped whole), runs the `in_transaction` handlers inside the transaction (an
+//!    error rolls everything back), writes one delivery row per (event, after-commit handler),
+//!    and COMMITs — nothing runs, and nothing leaves the process, before that;
+//! 3. delivery workers ([`Outbox::spawn_workers`], or [`Outbox::drain`] /
+//!    [`Outbox::deliver_batch`] in your own loop) claim due deliveries in batches under a lease
+//!    (PostgreSQL: `FOR UPDATE SKIP LOCKED`), run each handler, and record completion in the
+//!    same transaction as the handler's own writes — a handler takes `&mut Tx` (or
+//!    `&mut sqlx::SqliteConnection` / `&mut sqlx::PgConnection`) for that, so its database
+//!    effects happen exactly once.
+//!
+//! Delivery is at-least-once per (event, handler), in per-aggregate sequence order per handler
+//! (opt out with `#[event_handler(unordered)]`). A transient failure or a panic is retried
+//! with exponential backoff and full jitter ([`RetryPolicy`]); a permanent error, an
+//! undecodable payload, an unknown event name or version, or the last attempt's failure puts
+//! the delivery in the dead letter queue ([`Store::dead_letters`]), which keeps the envelope
+//! byte for byte. Nothing is replayed automatically: [`Store::resolve_dead_letters`] replays
+//! or purges, with an audit row. Completed deliveries are purged after
+//! [`OutboxConfig::retention`], which must exceed the longest retry horizon.
+//!
+//! Metrics (through the `metrics` crate): `events_outbox_backlog`,
+//! `events_outbox_oldest_pending_age_seconds`, `events_dead_letters` (gauges),
+//! `events_deliveries_completed_total`, `events_deliveries_failed_total`,
+//! `events_deliveries_dead_lettered_total`, `events_delivery_retries_total` (counters, label
+//! `handler`), `events_handler_duration_seconds` (histogram). Each delivery runs in a
+//! `tracing` span `delivery` with the event name, event id, handler and attempt.
+//!
+//! # Operations
+//! The `events` command-line tool ([`cli`], and the `events` binary) lists, shows, replays and
+//! purges dead letters, prints outbox statistics, and — embedded in your application's binary
+//! so that it knows your event types — prints the schema catalog and checks, before a deploy,
+//! that every pending delivery and dead letter still decodes.
+//!
+//! # Schema evolution
+//! [`Catalog`] lists every registered (name, version) with its JSON Schema (for events that
+//! derive `schemars::JsonSchema`); [`CatalogCheck`] compares it with a committed snapshot under
+//! the Confluent Schema Registry compatibility modes ([`Compatibility`]), so that an
+//! incompatible change fails a test before it ships.
+//!
 //! # Start-up validation
 //! [`DispatcherBuilder::build`] checks, before any event flows: no two Rust types share an
 //! event (name, version); handler names (the idempotency keys) are unique; every resource a
