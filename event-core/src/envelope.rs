@@ -181,12 +181,16 @@ impl<E: DomainEvent> Envelope<E> {
         Envelope { meta, event }
     }
 
-    /// Decodes a raw envelope of `E`'s name and version.
+    /// Decodes a raw envelope of `E`'s name and version, following the
+    /// [decoding policy](crate#decoding-policy): unknown payload fields are ignored unless `E`
+    /// is declared with `#[event(deny_unknown_fields)]`; missing fields take their
+    /// `#[serde(default)]` or fail.
     ///
     /// # Errors
     /// [`DecodeError::TypeMismatch`] when the raw name or version is not `E`'s;
-    /// [`DecodeError::Payload`] when `data` does not deserialise into `E` (the message names the
-    /// field and position serde reports).
+    /// [`DecodeError::Payload`] when `data` does not deserialise into `E` — a missing required
+    /// field, a wrong type (the message names the field and position serde reports);
+    /// [`DecodeError::UnknownField`] when `E` denies unknown fields and `data` has one.
     pub fn decode(raw: &RawEnvelope) -> Result<Self, DecodeError> {
         if raw.name != E::NAME || raw.version != E::VERSION {
             return Err(DecodeError::TypeMismatch {
@@ -196,16 +200,9 @@ impl<E: DomainEvent> Envelope<E> {
                 version: raw.version,
             });
         }
-        let event =
-            serde_json::from_str::<E>(raw.data.get()).map_err(|source| DecodeError::Payload {
-                name: raw.name.clone(),
-                version: raw.version,
-                event_id: raw.meta.id,
-                source,
-            })?;
         Ok(Envelope {
             meta: raw.meta.clone(),
-            event,
+            event: decode_payload::<E>(raw)?,
         })
     }
 
@@ -337,6 +334,39 @@ impl<E> Envelope<E> {
     }
 }
 
+fn decode_payload<E: DomainEvent>(raw: &RawEnvelope) -> Result<E, DecodeError> {
+    let payload = |source| DecodeError::Payload {
+        name: raw.name.clone(),
+        version: raw.version,
+        event_id: raw.meta.id,
+        source,
+    };
+    if !E::DENY_UNKNOWN_FIELDS {
+        return serde_json::from_str::<E>(raw.data.get()).map_err(payload);
+    }
+    // serde's own `deny_unknown_fields` is per struct: every nested struct would need it too.
+    // Watching what the deserialisation of the whole payload ignores covers every level, and
+    // names the field by its path. (Keys left over by `#[serde(flatten)]` are dropped by
+    // serde without being ignored through the deserialiser: neither way sees them.)
+    let mut unknown: Option<String> = None;
+    let mut de = serde_json::Deserializer::from_str(raw.data.get());
+    let event: E = serde_ignored::deserialize(&mut de, |path| {
+        unknown.get_or_insert_with(|| path.to_string());
+    })
+    .map_err(payload)?;
+    de.end().map_err(payload)?;
+    match unknown {
+        None => Ok(event),
+        Some(field) => Err(DecodeError::UnknownField {
+            name: raw.name.clone(),
+            version: raw.version,
+            event_id: raw.meta.id,
+            type_name: std::any::type_name::<E>(),
+            field,
+        }),
+    }
+}
+
 /// An envelope whose payload has not been decoded: what stores, brokers and the dead letter
 /// queue hold. `data` keeps the payload's JSON text byte for byte.
 ///
@@ -359,6 +389,24 @@ impl<E> Envelope<E> {
 /// | `correlationid`, `causationid` | when set |
 /// | any other | [`Metadata::headers`] |
 /// | `data` | the payload |
+///
+/// # Numbers
+/// Payload integers are written as exact JSON integers, whatever their size: `u64::MAX` is
+/// `18446744073709551615`, `i64::MIN` is `-9223372036854775808`, and `u128`/`i128` values are
+/// written in full too. serde_json reads them back exactly, and the stores keep the envelope as
+/// text, byte for byte. The `sequence` attribute is a string; the aggregate id (`subject`) is a
+/// string.
+///
+/// A JavaScript consumer must not read such a payload with plain `JSON.parse`: it turns every
+/// number into an IEEE 754 double, which is exact only up to 2^53 − 1
+/// (`Number.MAX_SAFE_INTEGER`, 9007199254740991), so `9007199254740993` silently becomes
+/// `9007199254740992`. Read it with a BigInt-aware parser (the `json-bigint` npm package with
+/// `useNativeBigInt: true`, or `lossless-json`), or with a `JSON.parse` reviver that uses the
+/// TC39 "JSON.parse source text access" proposal (`(key, value, { source }) =>
+/// BigInt(source)` for integer fields, where the runtime supports it). Alternatively, have the
+/// producer write such fields as strings, with serde's `#[serde(with = …)]` or
+/// `serde_with::DisplayFromStr`, which every consumer reads exactly — a change of the field's
+/// type, so a new event version.
 #[derive(Clone, Debug)]
 pub struct RawEnvelope {
     /// The metadata.

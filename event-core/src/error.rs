@@ -58,6 +58,40 @@ pub enum DecodeError {
         #[source]
         source: serde_json::Error,
     },
+    /// The payload has a field the event type does not declare, and the type is declared with
+    /// `#[event(deny_unknown_fields)]`. (Without it, unknown fields are ignored.)
+    #[error("payload of `{name}` v{version} (event {event_id}) has unknown field `{field}`, and `{type_name}` is declared with #[event(deny_unknown_fields)]")]
+    UnknownField {
+        /// The event name.
+        name: String,
+        /// The event version.
+        version: u32,
+        /// The event id.
+        event_id: Uuid,
+        /// The Rust type the payload was decoded into.
+        type_name: &'static str,
+        /// The first unknown field, as a path from the payload's root (`discount` or
+        /// `lines.0.note`).
+        field: String,
+    },
+    /// An envelope cannot be converted into the version asked for: that version is older than
+    /// the envelope's (envelopes are never downcast), belongs to another event, or no chain of
+    /// registered upcasters leads to it.
+    #[error("`{name}` v{version} cannot be upcast to `{target_name}` v{target_version} (`{target_type}`): {reason}")]
+    NoUpcastPath {
+        /// The envelope's event name.
+        name: String,
+        /// The envelope's version.
+        version: u32,
+        /// The target's event name.
+        target_name: &'static str,
+        /// The target's version.
+        target_version: u32,
+        /// The target's Rust type.
+        target_type: &'static str,
+        /// Why.
+        reason: &'static str,
+    },
 }
 
 /// A header name was refused.

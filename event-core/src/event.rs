@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use crate::envelope::{AnyEnvelope, Envelope, RawEnvelope};
 use crate::error::DecodeError;
+use crate::upcast::Upcaster;
 
 /// A fact that happened in the domain, identified on the wire by ([`NAME`](Self::NAME),
 /// [`VERSION`](Self::VERSION)).
@@ -62,6 +63,16 @@ pub trait DomainEvent: Serialize + DeserializeOwned + Send + Sync + 'static {
     fn json_schema() -> Option<serde_json::Value> {
         None
     }
+
+    /// The upcaster from the previous version of this event, declared with
+    /// `#[event(upcast_from = OrderPlacedV1)]`; `None` for an event without one (its first
+    /// version). See [`Upcaster`] for the rules.
+    const UPCAST_FROM: Option<Upcaster> = None;
+
+    /// Whether a payload field this type does not know is a decode error
+    /// ([`DecodeError::UnknownField`]) rather than ignored: `#[event(deny_unknown_fields)]`.
+    /// `false` by default, so that a consumer keeps decoding what a newer producer sends.
+    const DENY_UNKNOWN_FIELDS: bool = false;
 }
 
 /// Everything the runtime needs to know about one event type, without knowing the type.
@@ -84,6 +95,10 @@ pub struct EventDescriptor {
     pub decode: fn(&RawEnvelope) -> Result<Box<dyn AnyEnvelope>, DecodeError>,
     /// The payload's JSON Schema ([`DomainEvent::json_schema`]).
     pub schema: fn() -> Option<serde_json::Value>,
+    /// The upcaster from the previous version ([`DomainEvent::UPCAST_FROM`]).
+    pub upcast_from: Option<Upcaster>,
+    /// [`DomainEvent::DENY_UNKNOWN_FIELDS`].
+    pub deny_unknown_fields: bool,
 }
 
 impl EventDescriptor {
@@ -97,6 +112,8 @@ impl EventDescriptor {
             type_id: TypeId::of::<E>,
             decode: decode_boxed::<E>,
             schema: E::json_schema,
+            upcast_from: E::UPCAST_FROM,
+            deny_unknown_fields: E::DENY_UNKNOWN_FIELDS,
         }
     }
 }
@@ -108,6 +125,8 @@ impl fmt::Debug for EventDescriptor {
             .field("version", &self.version)
             .field("aggregate_type", &self.aggregate_type)
             .field("type_name", &self.type_name)
+            .field("upcast_from", &self.upcast_from)
+            .field("deny_unknown_fields", &self.deny_unknown_fields)
             .finish()
     }
 }

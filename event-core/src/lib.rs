@@ -36,6 +36,38 @@
 //! | envelope | [`Envelope`], [`RawEnvelope`] (CloudEvents 1.0 JSON), [`Metadata`] |
 //! | handler | [`macro@event_handler`], [`HandlerDescriptor`], [`HandlerError`] |
 //! | aggregate | [`EventRecorder`] |
+//! | upcaster, schema version | [`Upcaster`], `#[event(version = 2, upcast_from = OrderPlacedV1)]` |
+//!
+//! # Versions and upcasting
+//!
+//! An event is identified on the wire by (name, version); each version is its own Rust type,
+//! and a newer one declares an upcast from the previous one with `upcast_from` and a `From`
+//! impl. A handler takes the newest version; envelopes of older versions are upcast to it step
+//! by step, never the other way. The rules, and why the older type must be `Clone`, are on
+//! [`Upcaster`].
+//!
+//! # Decoding policy
+//!
+//! What decoding a payload ([`Envelope::decode`], and through it the runtime's registry) does
+//! with a payload that does not match the type exactly:
+//!
+//! | the payload | decodes? |
+//! |---|---|
+//! | has a field the type does not declare (a newer producer added it) | yes, the field is ignored — forward compatibility. With `#[event(deny_unknown_fields)]`: no, [`DecodeError::UnknownField`] names the field (as a path, `card.brand`) and the event |
+//! | lacks a field that has `#[serde(default)]` (an older producer did not send it) | yes, with the default |
+//! | lacks a required field, or has one of the wrong type | no, [`DecodeError::Payload`] names the field, as serde reports it (``missing field `currency` ``) |
+//! | is an older version of a registered event | yes, as that version; the runtime upcasts it to the version a handler takes |
+//! | is a version newer than any registered, or of an unknown name | no, [`DecodeError::UnknownVersion`] / [`DecodeError::UnknownName`] |
+//!
+//! An envelope that does not decode is never a crash and never silently dropped: in-process
+//! dispatch returns the [`DecodeError`], and durable delivery moves the delivery to the dead
+//! letter queue with the reason (`unknown_event` for an unknown name or version, `undecodable`
+//! otherwise) and the original envelope byte for byte, to be replayed once code that can
+//! decode it is deployed.
+//!
+//! Integers are exact up to `u64::MAX`, `i64::MIN` and (`u128`/`i128`) beyond, in the
+//! envelope and in the stores; see [`RawEnvelope`] for how a JavaScript consumer must read
+//! them.
 #![warn(missing_docs, unreachable_pub)]
 #![doc(test(attr(deny(warnings))))]
 
@@ -44,6 +76,7 @@ mod error;
 mod event;
 mod handler;
 mod recorder;
+mod upcast;
 
 pub use envelope::{AnyEnvelope, Envelope, Headers, Metadata, RawEnvelope, DEFAULT_SOURCE};
 pub use error::{DecodeError, ErrorKind, HandlerError, HeaderError};
@@ -53,6 +86,7 @@ pub use handler::{
     IntoHandlerResult, Resource, ResourceDescriptor,
 };
 pub use recorder::EventRecorder;
+pub use upcast::Upcaster;
 
 #[doc(inline)]
 pub use event_macros::{event_handler, DomainEvent};
@@ -128,7 +162,7 @@ pub mod __private {
     pub use crate::{
         DeliveryMode, DomainEvent, Envelope, EventArg, EventDescriptor, EventRegistration, Handler,
         HandlerCall, HandlerContext, HandlerDescriptor, HandlerError, HandlerFuture,
-        HandlerRegistration, IntoHandlerResult, Resource, ResourceDescriptor,
+        HandlerRegistration, IntoHandlerResult, Resource, ResourceDescriptor, Upcaster,
     };
 
     pub use core::option::Option::{self, None, Some};
@@ -149,6 +183,61 @@ pub mod __private {
     /// there with its message, and the `DomainEvent` bound, implied by it, adds no error.
     pub const fn describe_event<T: SerdeEvent + DomainEvent>() -> fn() -> EventDescriptor {
         EventDescriptor::of::<T>
+    }
+
+    /// `Clone`, with an error that says why an upcast source needs it.
+    #[diagnostic::on_unimplemented(
+        message = "`{Self}` must implement `Clone` to be upcast from",
+        label = "`upcast_from` names a type that is not `Clone`",
+        note = "add `#[derive(Clone)]` to `{Self}`: the upcaster converts a clone of the older event, because the original envelope is kept as it is"
+    )]
+    pub trait UpcastSource: Clone {}
+    impl<T: Clone> UpcastSource for T {}
+
+    /// `From<F>`, with an error that says the upcaster is missing.
+    #[diagnostic::on_unimplemented(
+        message = "missing upcaster: `{Self}` cannot be built from `{F}`",
+        label = "`upcast_from` needs `impl From<{F}> for {Self}`",
+        note = "write `impl From<{F}> for {Self}`: it converts an event of the older version into this one"
+    )]
+    pub trait UpcastFrom<F>: From<F> {}
+    impl<F, T: From<F>> UpcastFrom<F> for T {}
+
+    /// The upcaster `#[event(upcast_from = F)]` declares on `T`. Evaluated in a `const` spanned
+    /// at `F`, so that its bounds and its checks are reported there: a different event name
+    /// (`other_name` is the message) or a version not lower than `version` (`not_older`).
+    pub const fn upcaster<F, T>(
+        name: &str,
+        version: u32,
+        other_name: &'static str,
+        not_older: &'static str,
+    ) -> crate::Upcaster
+    where
+        F: DomainEvent + UpcastSource,
+        T: DomainEvent + UpcastFrom<F>,
+    {
+        if !str_eq(F::NAME, name) {
+            panic!("{}", other_name);
+        }
+        if F::VERSION >= version {
+            panic!("{}", not_older);
+        }
+        crate::Upcaster::of::<F, T>()
+    }
+
+    const fn str_eq(a: &str, b: &str) -> bool {
+        let (a, b) = (a.as_bytes(), b.as_bytes());
+        if a.len() != b.len() {
+            return false;
+        }
+        let mut i = 0;
+        while i < a.len() {
+            if a[i] != b[i] {
+                return false;
+            }
+            i += 1;
+        }
+        true
     }
 
     /// Boxes an `async fn` handler's future. A function rather than `Box::pin` in the

@@ -5,7 +5,10 @@
 use proc_macro2::{TokenStream, TokenTree};
 use quote::ToTokens;
 use syn::meta::ParseNestedMeta;
-use syn::{Attribute, Expr, ExprLit, ExprUnary, Lit, LitStr, Meta, Path, Token, UnOp};
+use syn::{
+    Attribute, Expr, ExprLit, ExprPath, ExprUnary, Lit, LitStr, Meta, Path, Token, Type, TypePath,
+    UnOp,
+};
 
 use crate::ctxt::Ctxt;
 
@@ -58,6 +61,10 @@ pub(crate) struct EventAttrs {
     pub(crate) name: Option<LitStr>,
     pub(crate) version: Option<Int>,
     pub(crate) aggregate: Option<LitStr>,
+    /// `upcast_from = OrderPlacedV1`: the previous version of this event.
+    pub(crate) upcast_from: Option<Type>,
+    /// `deny_unknown_fields`: the path of the key, when given.
+    pub(crate) deny_unknown_fields: Option<Path>,
     pub(crate) crate_path: Option<Path>,
     /// An `#[event]` attribute or its `name` did not parse; a missing `name` is then not
     /// reported again.
@@ -70,6 +77,8 @@ pub(crate) fn event_attrs(cx: &Ctxt, attrs: &[Attribute]) -> EventAttrs {
     let mut name = Attr::none(cx, "name");
     let mut version = Attr::none(cx, "version");
     let mut aggregate = Attr::none(cx, "aggregate");
+    let mut upcast_from = Attr::none(cx, "upcast_from");
+    let mut deny_unknown_fields = Attr::none(cx, "deny_unknown_fields");
     let mut crate_path = Attr::none(cx, "crate");
     let mut malformed = false;
 
@@ -86,13 +95,19 @@ pub(crate) fn event_attrs(cx: &Ctxt, attrs: &[Attribute]) -> EventAttrs {
                 version.set(path, integer(cx, &meta, "version = 1")?);
             } else if path.is_ident("aggregate") {
                 aggregate.set(path, string(cx, &meta, "aggregate = \"order\"")?);
+            } else if path.is_ident("upcast_from") {
+                upcast_from.set(path, type_path(cx, &meta, "upcast_from = OrderPlacedV1")?);
+            } else if path.is_ident("deny_unknown_fields") {
+                let ok = flag(cx, &meta, "deny_unknown_fields")?;
+                deny_unknown_fields.set(path, ok.then(|| path.clone()));
             } else if path.is_ident("crate") {
                 crate_path.set(path, crate_path_value(cx, &meta)?);
             } else {
                 unknown_key(
                     cx,
                     &meta,
-                    "`name`, `version`, `aggregate` or `crate`",
+                    "`name`, `version`, `aggregate`, `upcast_from`, `deny_unknown_fields` or \
+                     `crate`",
                     "event",
                 )?;
             }
@@ -110,6 +125,8 @@ pub(crate) fn event_attrs(cx: &Ctxt, attrs: &[Attribute]) -> EventAttrs {
         name: name.get(),
         version: version.get(),
         aggregate: aggregate.get(),
+        upcast_from: upcast_from.get(),
+        deny_unknown_fields: deny_unknown_fields.get(),
         crate_path: crate_path.get(),
         malformed,
     }
@@ -290,6 +307,32 @@ fn integer(cx: &Ctxt, meta: &ParseNestedMeta, usage: &str) -> syn::Result<Option
 fn not_an_integer(cx: &Ctxt, expr: &Expr, usage: &str) -> syn::Result<Option<Int>> {
     cx.error_spanned_by(expr, format_args!("expected an integer literal: `{usage}`"));
     Ok(None)
+}
+
+/// `key = path::to::Type`. `Ok(None)` when the value is not a path (reported).
+fn type_path(cx: &Ctxt, meta: &ParseNestedMeta, usage: &str) -> syn::Result<Option<Type>> {
+    let expr: Expr = meta.value()?.parse()?;
+    match expr {
+        Expr::Path(ExprPath {
+            attrs, qself, path, ..
+        }) if attrs.is_empty() => Ok(Some(Type::Path(TypePath { attrs, qself, path }))),
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(lit), ..
+        }) => {
+            cx.error_spanned_by(
+                &lit,
+                format_args!("expected a type, not a string: `{usage}`"),
+            );
+            Ok(None)
+        }
+        other => {
+            cx.error_spanned_by(
+                other,
+                format_args!("expected the type of the previous version of this event: `{usage}`"),
+            );
+            Ok(None)
+        }
+    }
 }
 
 /// `crate = path::to::event_core`, or the same path in a string as serde writes it.

@@ -15,6 +15,9 @@ pub(crate) struct EventSpec<'a> {
     pub(crate) version: u32,
     pub(crate) aggregate_type: String,
     pub(crate) aggregate_id: Option<&'a Field<'a>>,
+    /// The previous version, to upcast from.
+    pub(crate) upcast_from: Option<&'a Type>,
+    pub(crate) deny_unknown_fields: bool,
     /// The type has no generics, so an impl (real or stub) can be written for it.
     pub(crate) concrete: bool,
 }
@@ -88,6 +91,23 @@ pub(crate) fn event<'a>(cx: &Ctxt, event: &'a Event<'a>) -> EventSpec<'a> {
         None => 1,
     };
 
+    if let Some(from) = &attrs.upcast_from {
+        if version == 1 {
+            let at = attrs
+                .version
+                .as_ref()
+                .map_or_else(|| from.to_token_stream(), |int| int.tokens.clone());
+            cx.error_spanned_by(
+                at,
+                format_args!(
+                    "`upcast_from = {}` needs this event's `version` to be above 1: an upcaster \
+                     converts an older version into this one, and version 1 is the first",
+                    tokens_text(from)
+                ),
+            );
+        }
+    }
+
     let aggregate_type = match &attrs.aggregate {
         Some(lit) => {
             let aggregate = lit.value();
@@ -137,6 +157,8 @@ pub(crate) fn event<'a>(cx: &Ctxt, event: &'a Event<'a>) -> EventSpec<'a> {
         version,
         aggregate_type,
         aggregate_id,
+        upcast_from: attrs.upcast_from.as_ref(),
+        deny_unknown_fields: attrs.deny_unknown_fields.is_some(),
         concrete,
     }
 }
@@ -362,7 +384,7 @@ pub(crate) fn find_impl(tokens: TokenStream) -> Option<Span> {
 }
 
 /// A type as the user would write it, for messages.
-fn tokens_text(tokens: &impl ToTokens) -> String {
+pub(crate) fn tokens_text(tokens: &impl ToTokens) -> String {
     let text = tokens.to_token_stream().to_string();
     // `TokenStream`'s `Display` spaces every token; close up the common cases.
     text.replace(" :: ", "::")

@@ -66,6 +66,29 @@ fn event_impl(event: &Event, spec: &EventSpec, register: bool) -> TokenStream {
                 _event_core::__private::describe_event::<#ident>();
         }
     });
+    // Only with a clean attribute: the stub impl must not add errors of its own.
+    let upcast = spec
+        .upcast_from
+        .filter(|_| register)
+        .map(|from| upcaster(ident, from, spec));
+    let upcast_from = spec.upcast_from.filter(|_| register).map(|from| {
+        // At the value too: a failed check's "erroneous constant" note points there.
+        let span = from
+            .to_token_stream()
+            .into_iter()
+            .next()
+            .map_or_else(Span::call_site, |tt| tt.span());
+        let constant = quote_spanned!(span=> __UPCAST);
+        quote! {
+            const UPCAST_FROM: _event_core::__private::Option<_event_core::__private::Upcaster> =
+                _event_core::__private::Some(#constant);
+        }
+    });
+    let deny_unknown_fields = spec.deny_unknown_fields.then(|| {
+        quote!(
+            const DENY_UNKNOWN_FIELDS: bool = true;
+        )
+    });
     let registration = register.then(|| {
         quote! {
             _event_core::__private::inventory::submit! {
@@ -100,11 +123,42 @@ fn event_impl(event: &Event, spec: &EventSpec, register: bool) -> TokenStream {
                     use _event_core::__private::{NoSchema as _, SchemaOf as _};
                     (&_event_core::__private::SchemaProbe::<#ident>::NEW).json_schema()
                 }
+                #upcast_from
+                #deny_unknown_fields
             }
 
+            #upcast
             #describe
             #registration
         };
+    }
+}
+
+/// `const __UPCAST: Upcaster = upcaster::<From, Event>(…);`, spanned from the first to the last
+/// token of the user's `upcast_from` value: rustc reports an unmet bound on `From` and a failed
+/// check (const evaluation) at the call, so the error underlines the value. The `From<From>`
+/// bound is reported at the second type argument, given the value's last span for that.
+fn upcaster(ident: &Ident, from: &Type, spec: &EventSpec) -> TokenStream {
+    let mut tokens = from.to_token_stream().into_iter();
+    let first = tokens.next().map_or_else(Span::call_site, |tt| tt.span());
+    let last = tokens.last().map_or(first, |tt| tt.span());
+    let mut target = ident.clone();
+    target.set_span(last);
+    let from_text = check::tokens_text(from);
+    let (name, version) = (&spec.name, spec.version);
+    let other_name = format!(
+        "`upcast_from = {from_text}` names another event: an upcaster converts an older version \
+         of the same event, so `{from_text}` must have `name = {name:?}` like `{ident}`"
+    );
+    let not_older = format!(
+        "`upcast_from = {from_text}` is not an older version: an upcaster converts an older \
+         version into a newer one, so the version of `{from_text}` must be lower than \
+         {version}, the version of `{ident}`"
+    );
+    let path = quote_spanned!(first=> _event_core::__private::upcaster::<#from, #target>);
+    let args = quote_spanned!(last=> (#name, #version, #other_name, #not_older));
+    quote_spanned! {first=>
+        const __UPCAST: _event_core::__private::Upcaster = #path #args;
     }
 }
 

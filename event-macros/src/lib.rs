@@ -43,6 +43,8 @@ mod expand;
 /// | `name` | the wire name, lower-case and dot-separated `context.action`: `"order.placed"`, `"billing.invoice_sent"` | required |
 /// | `version` | the schema version of this shape, an integer from 1 | `1` |
 /// | `aggregate` | the aggregate type, a lower-case identifier | the part of `name` before the first `.` |
+/// | `upcast_from` | the type of the previous version of this event, `upcast_from = OrderPlacedV1`: envelopes of that version are converted into this one with `From` before a handler of this one runs | none: the first version |
+/// | `deny_unknown_fields` | (no value) a payload field this type does not declare is a decode error naming the field, instead of being ignored | unknown fields are ignored |
 /// | `crate` | the path to `event_core`, when it is re-exported under another name: `crate = my_app::events` | `::event_core` |
 ///
 /// Exactly one field is marked `#[event(aggregate_id)]`: the id of the aggregate instance the
@@ -52,6 +54,52 @@ mod expand;
 /// event has a second version, next to the upcaster from the first.
 ///
 /// The type must also implement serde's `Serialize` and `Deserialize`.
+///
+/// # Versions
+///
+/// Each version of an event is its own type. The newer one names the previous one with
+/// `upcast_from`, and converts it with a plain `From` impl; the previous type must be `Clone`
+/// (the runtime converts a clone, keeping the original envelope as it is):
+///
+/// ```rust,ignore
+/// #[derive(Clone, Serialize, Deserialize, DomainEvent)]
+/// #[event(name = "order.placed", version = 1)]
+/// pub struct OrderPlacedV1 {
+///     #[event(aggregate_id)]
+///     pub order_id: String,
+///     pub country: String,
+/// }
+///
+/// #[derive(Serialize, Deserialize, DomainEvent)]
+/// #[event(name = "order.placed", version = 2, upcast_from = OrderPlacedV1)]
+/// pub struct OrderPlaced {
+///     #[event(aggregate_id)]
+///     pub order_id: String,
+///     pub country: String,
+///     pub currency: String,
+/// }
+///
+/// impl From<OrderPlacedV1> for OrderPlaced {
+///     fn from(v1: OrderPlacedV1) -> Self {
+///         let currency = if v1.country == "Canada" { "CAD" } else { "USD" };
+///         OrderPlaced { order_id: v1.order_id, country: v1.country, currency: currency.into() }
+///     }
+/// }
+/// ```
+///
+/// Handlers take the newest version; older envelopes are upcast step by step (v1 → v2 → v3).
+/// The previous version is registered with the newer one. At start-up the runtime refuses a
+/// gap in a chain, two upcasts from one version, and a handler of an older version than the
+/// newest registered (see `event_core::Upcaster`).
+///
+/// # Unknown fields
+///
+/// By default a payload field the type does not declare is ignored, so that a consumer keeps
+/// working when a newer producer adds one. `deny_unknown_fields` makes it a decode error
+/// (`DecodeError::UnknownField`, naming the field by its path, `card.brand`, and the event) at
+/// every level of the payload, nested structs included — unlike serde's own
+/// `#[serde(deny_unknown_fields)]`, which must be repeated on each struct. Keys left over by a
+/// `#[serde(flatten)]` field are not seen (serde drops them without reporting them).
 ///
 /// # Errors
 ///
@@ -86,6 +134,53 @@ mod expand;
 ///
 /// (one such error per missing trait). A mistake in the attribute leaves an unregistered
 /// implementation behind, so that code using the type reports nothing more.
+///
+/// `upcast_from` is checked at its value. A type that is not a domain event:
+///
+/// ```text
+/// error[E0277]: `OrderPlacedV1` is not a domain event
+///   --> src/events.rs:11:59
+///    |
+/// 11 | #[event(name = "order.placed", version = 2, upcast_from = OrderPlacedV1)]
+///    |                                                           ^^^^^^^^^^^^^ `OrderPlacedV1` does not implement `DomainEvent`
+///    |
+///    = note: add `#[derive(event_core::DomainEvent)]` and `#[event(name = "context.action", version = 1)]` to the definition of `OrderPlacedV1`
+/// ```
+///
+/// Another event, or a version that is not lower (evaluated at compile time):
+///
+/// ```text
+/// error[E0080]: evaluation panicked: `upcast_from = OrderShipped` names another event: an
+///               upcaster converts an older version of the same event, so `OrderShipped` must
+///               have `name = "order.placed"` like `OrderPlacedV2`
+///   --> src/events.rs:12:59
+///    |
+/// 12 | #[event(name = "order.placed", version = 2, upcast_from = OrderShipped)]
+///    |                                                           ^^^^^^^^^^^^ evaluation of `_::__UPCAST` failed inside this call
+/// ```
+///
+/// ```text
+/// error[E0080]: evaluation panicked: `upcast_from = OrderPlacedV3` is not an older version:
+///               an upcaster converts an older version into a newer one, so the version of
+///               `OrderPlacedV3` must be lower than 2, the version of `OrderPlacedV2`
+/// ```
+///
+/// A missing conversion, or a previous version that is not `Clone`:
+///
+/// ```text
+/// error[E0277]: missing upcaster: `OrderPlacedV2` cannot be built from `OrderPlacedV1`
+///   --> src/events.rs:13:59
+///    |
+/// 13 | #[event(name = "order.placed", version = 2, upcast_from = OrderPlacedV1)]
+///    |                                                           ^^^^^^^^^^^^^ `upcast_from` needs `impl From<OrderPlacedV1> for OrderPlacedV2`
+/// ```
+///
+/// ```text
+/// error[E0277]: `OrderPlacedV1` must implement `Clone` to be upcast from
+/// ```
+///
+/// Also rejected at the attribute: `upcast_from` on version 1, a value that is not a type
+/// path (a string, say), and a value on `deny_unknown_fields`.
 ///
 /// # Limitations
 ///
