@@ -17,15 +17,39 @@ pub mod orders {
     use event_core::{event_handler, DomainEvent, Envelope, HandlerError};
     use serde::{Deserialize, Serialize};
 
+    /// An order was placed, as first recorded: without a total.
+    #[derive(Debug, Clone, Serialize, Deserialize, DomainEvent)]
+    #[event(name = "order.placed", version = 1)]
+    pub struct OrderPlacedV1 {
+        /// The order.
+        #[event(aggregate_id)]
+        pub order_id: String,
+    }
+
     /// An order was placed.
     #[derive(Debug, Serialize, Deserialize, DomainEvent)]
-    #[event(name = "order.placed", version = 2, aggregate = "order")]
+    #[event(
+        name = "order.placed",
+        version = 2,
+        aggregate = "order",
+        upcast_from = OrderPlacedV1,
+        deny_unknown_fields
+    )]
     pub struct OrderPlaced {
         /// The order.
         #[event(aggregate_id)]
         pub order_id: String,
         /// Total, in cents.
         pub total_cents: u64,
+    }
+
+    impl From<OrderPlacedV1> for OrderPlaced {
+        fn from(v1: OrderPlacedV1) -> Self {
+            OrderPlaced {
+                order_id: v1.order_id,
+                total_cents: 0,
+            }
+        }
     }
 
     /// A resource: counts what was placed.

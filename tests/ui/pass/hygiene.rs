@@ -48,6 +48,26 @@ struct Checked {
     id: u64,
 }
 
+#[derive(Clone, Serialize, Deserialize, DomainEvent)]
+#[event(name = "hygiene.upcast")]
+struct UpcastV1 {
+    #[event(aggregate_id)]
+    id: u64,
+}
+
+#[derive(Serialize, Deserialize, DomainEvent)]
+#[event(name = "hygiene.upcast", version = 2, upcast_from = UpcastV1, deny_unknown_fields)]
+struct UpcastV2 {
+    #[event(aggregate_id)]
+    id: u64,
+}
+
+impl From<UpcastV1> for UpcastV2 {
+    fn from(v1: UpcastV1) -> Self {
+        UpcastV2 { id: v1.id }
+    }
+}
+
 pub struct Db;
 
 #[event_handler]
