@@ -89,6 +89,38 @@
 //! that every pending delivery and dead letter still decodes.
 //!
 //! # Schema evolution
+//! An event is (name, version); each version is its own type, and a newer one declares
+//! `#[event(version = 2, upcast_from = OrderPlacedV1)]` with an `impl From<OrderPlacedV1>`
+//! (see [`event_core::Upcaster`]). The runtime's rules:
+//!
+//! - **Handlers take the newest version.** An envelope of an older version is upcast step by
+//!   step (v1 → v2 → v3, a copy; the metadata and event id are the original's) before the
+//!   handlers of the newest version run: in [`Dispatcher::dispatch`],
+//!   [`dispatch_raw`](Dispatcher::dispatch_raw) / [`dispatch_json`](Dispatcher::dispatch_json),
+//!   both units of work, and durable delivery, where committing a v1 event creates deliveries
+//!   for the handlers of the newest version and the worker upcasts the stored envelope before
+//!   calling each. The outbox and the dead letter queue keep the event as it was recorded.
+//!   Typed dispatch of the newest version pays nothing for this.
+//! - **Never downcast.** A handler of an older version than the newest registered is a
+//!   start-up error ([`RegistryError::HandlerTakesOldVersion`]) rather than a handler that
+//!   silently misses every event recorded as the newer version.
+//! - **One chain per name, without gaps**, checked at start-up: every registered version but
+//!   the lowest upcasts from the version registered just below it
+//!   ([`RegistryError::MissingUpcast`], [`RegistryError::UpcastGap`]); no version is upcast from
+//!   twice ([`RegistryError::DuplicateUpcast`]). The version a type upcasts from is registered
+//!   with it, as a handler's event is: a registry that knows v3 decodes v1 and v2.
+//!   [`Registry::upcast`] and [`Registry::decode_latest`] do the same conversion by hand.
+//!
+//! The decoding policy (unknown fields ignored unless `#[event(deny_unknown_fields)]`, serde
+//! defaults for missing fields, exact integers beyond 2^53) is stated in
+//! [`event_core`'s documentation](event_core#decoding-policy). An envelope that does not decode
+//! is never a crash and never dropped: [`Dispatcher::dispatch_raw`] returns the error, and a
+//! delivery goes to the dead letter queue with the reason — `unknown_event` for a name or a
+//! version this code does not know (a newer producer, or a newer instance during a rolling
+//! deploy), `undecodable` for a payload that does not fit (a missing required field, named in
+//! the error chain) — so that replaying it after deploying code that knows the version
+//! succeeds.
+//!
 //! [`Catalog`] lists every registered (name, version) with its JSON Schema (for events that
 //! derive `schemars::JsonSchema`); [`CatalogCheck`] compares it with a committed snapshot under
 //! the Confluent Schema Registry compatibility modes ([`Compatibility`]), so that an
@@ -96,9 +128,11 @@
 //!
 //! # Start-up validation
 //! [`DispatcherBuilder::build`] checks, before any event flows: no two Rust types share an
-//! event (name, version); handler names (the idempotency keys) are unique; every resource a
-//! handler takes was provided; and, with [`DispatcherBuilder::expect_handlers`], that at least
-//! that many handlers are registered. Each error names the types or handlers involved.
+//! event (name, version); the versions of each event form one upcast chain without gaps, and
+//! every handler takes the newest version; handler names (the idempotency keys) are unique;
+//! every resource a handler takes was provided; and, with
+//! [`DispatcherBuilder::expect_handlers`], that at least that many handlers are registered.
+//! Each error names the types or handlers involved.
 //!
 //! # Ordering
 //! The handlers of an event run one after another, by `priority` (lower first), then by name.

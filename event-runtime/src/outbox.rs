@@ -297,16 +297,14 @@ impl OutboxBuilder {
                 self.config.retention
             )));
         }
+        // An event of an older version goes to the handlers of the newest version of its
+        // name: the worker upcasts it before calling them.
         let mut destinations: HashMap<TypeId, Vec<(&'static str, bool)>> = HashMap::new();
-        for event in dispatcher.registry().events() {
-            let handlers = dispatcher
-                .registry()
-                .handlers()
-                .iter()
-                .filter(|h| {
-                    h.mode == DeliveryMode::AfterCommit
-                        && ((h.event)().type_id)() == (event.type_id)()
-                })
+        let registry = dispatcher.registry();
+        for event in registry.events() {
+            let handlers = registry
+                .handlers_for((event.type_id)())
+                .filter(|h| h.mode == DeliveryMode::AfterCommit)
                 .map(|h| (h.name, h.ordered))
                 .collect();
             destinations.insert((event.type_id)(), handlers);
@@ -637,6 +635,18 @@ impl Outbox {
                     vec![format!("no handler named `{}` is registered", c.handler)],
                 )
             })?;
+        // The envelope may be of an older version than the handler takes (recorded before the
+        // event's last version was added): upcast it step by step.
+        let wanted = ((self.inner.dispatcher.handler_descriptor(index).event)().type_id)();
+        let envelope = if envelope.event_type_id() == wanted {
+            envelope
+        } else {
+            self.inner
+                .dispatcher
+                .registry()
+                .upcast(envelope, wanted)
+                .map_err(|e| dead("undecodable", error_chain(&e)))?
+        };
         Ok((envelope, index))
     }
 

@@ -7,7 +7,7 @@ use std::fmt;
 use std::hash::{BuildHasherDefault, Hasher};
 
 use event_core::{
-    DecodeError, DomainEvent, EventDescriptor, Handler, HandlerDescriptor, RawEnvelope,
+    AnyEnvelope, DecodeError, DomainEvent, EventDescriptor, Handler, HandlerDescriptor, RawEnvelope,
 };
 
 /// A hasher for `TypeId` keys: a `TypeId` is already a hash, so this passes its bits through.
@@ -76,6 +76,92 @@ pub enum RegistryError {
         /// The resource type.
         type_name: &'static str,
     },
+    /// A version of an event has no upcast from the version registered just below it.
+    #[error("event `{name}` v{version} (`{type_name}`) has no upcast from v{previous_version} (`{previous_type}`), which is registered: declare #[event(upcast_from = …)] on `{type_name}` naming `{previous_type}`, with `impl From<…> for …`, so that v{previous_version} envelopes reach the handlers of v{version}")]
+    MissingUpcast {
+        /// The event name.
+        name: &'static str,
+        /// The version without an upcast.
+        version: u32,
+        /// Its Rust type.
+        type_name: &'static str,
+        /// The version registered just below it.
+        previous_version: u32,
+        /// Its Rust type.
+        previous_type: &'static str,
+    },
+    /// A version upcasts from an older one while a version in between is registered: the
+    /// chain has a gap.
+    #[error("event `{name}` v{version} (`{type_name}`) upcasts from v{from_version} (`{from_type}`), skipping v{skipped_version} (`{skipped_type}`), which is registered: upcast `{type_name}` from `{skipped_type}`, so that every version converts into the next (v1 → v2 → v3)")]
+    UpcastGap {
+        /// The event name.
+        name: &'static str,
+        /// The version whose upcast skips.
+        version: u32,
+        /// Its Rust type.
+        type_name: &'static str,
+        /// The version it upcasts from.
+        from_version: u32,
+        /// Its Rust type.
+        from_type: &'static str,
+        /// The version registered in between.
+        skipped_version: u32,
+        /// Its Rust type.
+        skipped_type: &'static str,
+    },
+    /// Two versions upcast from the same one: the chain forks.
+    #[error("event `{name}` v{from_version} (`{from_type}`) is upcast from twice, by `{first}` (v{first_version}) and by `{second}` (v{second_version}): each version converts into one version, the next; upcast `{second}` from `{first}`")]
+    DuplicateUpcast {
+        /// The event name.
+        name: &'static str,
+        /// The version upcast from twice.
+        from_version: u32,
+        /// Its Rust type.
+        from_type: &'static str,
+        /// The lower of the two versions upcasting from it.
+        first_version: u32,
+        /// Its Rust type.
+        first: &'static str,
+        /// The higher one.
+        second_version: u32,
+        /// Its Rust type.
+        second: &'static str,
+    },
+    /// An upcast whose source is not an older version of the same event (a descriptor built by
+    /// hand: the derive refuses this at compile time).
+    #[error("`{type_name}` (`{name}` v{version}) upcasts from `{from_type}` (`{from_name}` v{from_version}): an upcast source must be an older version of the same event")]
+    InvalidUpcast {
+        /// The event name.
+        name: &'static str,
+        /// The version.
+        version: u32,
+        /// Its Rust type.
+        type_name: &'static str,
+        /// The source's name.
+        from_name: &'static str,
+        /// The source's version.
+        from_version: u32,
+        /// The source's Rust type.
+        from_type: &'static str,
+    },
+    /// A handler takes an older version of an event than the newest registered one. Envelopes
+    /// are upcast to the newest version and never downcast, so it would never see an event
+    /// recorded as the newer version.
+    #[error("handler `{handler}` takes `{name}` v{version} (`{type_name}`), but v{latest_version} (`{latest_type}`) is registered: envelopes are upcast to the newest version and never downcast, so this handler would miss every event recorded as v{latest_version}; take `{latest_type}` instead (older envelopes are upcast to it)")]
+    HandlerTakesOldVersion {
+        /// The handler name.
+        handler: &'static str,
+        /// The event name.
+        name: &'static str,
+        /// The version it takes.
+        version: u32,
+        /// Its Rust type.
+        type_name: &'static str,
+        /// The newest registered version.
+        latest_version: u32,
+        /// Its Rust type.
+        latest_type: &'static str,
+    },
     /// A handler takes `&mut T` (a transaction) and this runtime provides none.
     #[error("handler `{handler}` takes a transaction `&mut {type_name}`, which the in-memory dispatcher cannot provide; run it through a store-backed unit of work")]
     TransactionUnavailable {
@@ -109,7 +195,8 @@ impl RegistryBuilder {
     }
 
     /// Registers the handler `H` — the type `#[event_handler]` emits under the function's
-    /// name: `.handler::<on_order_placed>()`. Its event type is registered with it.
+    /// name: `.handler::<on_order_placed>()`. Its event type is registered with it (and the
+    /// versions that type upcasts from).
     pub fn handler<H: Handler>(self) -> Self {
         self.handler_descriptor(H::DESCRIPTOR)
     }
@@ -129,17 +216,24 @@ impl RegistryBuilder {
 
     /// Validates and builds.
     ///
+    /// The event types are those registered, those of the handlers, and, transitively, those
+    /// they upcast from.
+    ///
     /// # Errors
-    /// [`RegistryError::DuplicateEvent`], [`RegistryError::DuplicateHandlerName`],
-    /// [`RegistryError::TooFewHandlers`].
+    /// [`RegistryError::DuplicateEvent`], [`RegistryError::InvalidUpcast`],
+    /// [`RegistryError::DuplicateUpcast`], [`RegistryError::UpcastGap`],
+    /// [`RegistryError::MissingUpcast`], [`RegistryError::DuplicateHandlerName`],
+    /// [`RegistryError::TooFewHandlers`], [`RegistryError::HandlerTakesOldVersion`].
     pub fn build(self) -> Result<Registry, RegistryError> {
         let mut events: Vec<EventDescriptor> = Vec::new();
         let mut by_type: TypeIdMap<usize> = TypeIdMap::default();
-        let all_events = self
+        let mut queue: Vec<EventDescriptor> = self
             .events
             .into_iter()
-            .chain(self.handlers.iter().map(|h| (h.event)()));
-        for e in all_events {
+            .chain(self.handlers.iter().map(|h| (h.event)()))
+            .collect();
+        queue.reverse();
+        while let Some(e) = queue.pop() {
             if by_type.contains_key(&(e.type_id)()) {
                 continue; // the same type registered twice (inventory and by hand)
             }
@@ -155,9 +249,14 @@ impl RegistryBuilder {
                     second,
                 });
             }
+            // The version it upcasts from is known too: its envelopes decode.
+            if let Some(upcaster) = e.upcast_from {
+                queue.push((upcaster.from)());
+            }
             by_type.insert((e.type_id)(), events.len());
             events.push(e);
         }
+        let chains = Chains::validate(&events, &by_type)?;
 
         let mut handlers = self.handlers;
         handlers.sort_by(|a, b| (a.priority, a.name).cmp(&(b.priority, b.name)));
@@ -192,21 +291,145 @@ impl RegistryBuilder {
         let mut handlers_of: Vec<Vec<u32>> = vec![Vec::new(); events.len()];
         for (i, h) in handlers.iter().enumerate() {
             let event = by_type[&((h.event)().type_id)()];
+            let latest = chains.latest[event] as usize;
+            if latest != event {
+                let (e, l) = (&events[event], &events[latest]);
+                return Err(RegistryError::HandlerTakesOldVersion {
+                    handler: h.name,
+                    name: e.name,
+                    version: e.version,
+                    type_name: e.type_name,
+                    latest_version: l.version,
+                    latest_type: l.type_name,
+                });
+            }
             handlers_of[event].push(i as u32);
         }
+        // An older version has no handlers of its own: it is dispatched to those of the
+        // newest version, after upcasting.
+        let upcast_to = (0..events.len())
+            .map(|i| {
+                let latest = chains.latest[i];
+                (latest as usize != i && !handlers_of[latest as usize].is_empty()).then_some(latest)
+            })
+            .collect();
+        Ok(Registry {
+            events,
+            by_type,
+            versions: chains.versions,
+            handlers,
+            handlers_of,
+            newer: chains.newer,
+            latest: chains.latest,
+            upcast_to,
+        })
+    }
+}
+
+/// The versions of each event name, validated as chains: every version but the lowest upcasts
+/// from the one registered just below it.
+struct Chains {
+    versions: HashMap<&'static str, Vec<(u32, usize)>>,
+    /// Per event: the event that upcasts from it.
+    newer: Vec<Option<u32>>,
+    /// Per event: the newest version of its name.
+    latest: Vec<u32>,
+}
+
+impl Chains {
+    fn validate(
+        events: &[EventDescriptor],
+        by_type: &TypeIdMap<usize>,
+    ) -> Result<Chains, RegistryError> {
+        let mut newer: Vec<Option<u32>> = vec![None; events.len()];
+        // Per event: the event it upcasts from.
+        let mut older: Vec<Option<usize>> = vec![None; events.len()];
+        for (i, e) in events.iter().enumerate() {
+            let Some(upcaster) = e.upcast_from else {
+                continue;
+            };
+            let from = (upcaster.from)();
+            let f = by_type[&(from.type_id)()];
+            if from.name != e.name || from.version >= e.version {
+                return Err(RegistryError::InvalidUpcast {
+                    name: e.name,
+                    version: e.version,
+                    type_name: e.type_name,
+                    from_name: from.name,
+                    from_version: from.version,
+                    from_type: from.type_name,
+                });
+            }
+            if let Some(other) = newer[f] {
+                let other = &events[other as usize];
+                let (first, second) = if other.version < e.version {
+                    (other, e)
+                } else {
+                    (e, other)
+                };
+                return Err(RegistryError::DuplicateUpcast {
+                    name: from.name,
+                    from_version: from.version,
+                    from_type: from.type_name,
+                    first_version: first.version,
+                    first: first.type_name,
+                    second_version: second.version,
+                    second: second.type_name,
+                });
+            }
+            newer[f] = Some(i as u32);
+            older[i] = Some(f);
+        }
+
         let mut versions: HashMap<&'static str, Vec<(u32, usize)>> = HashMap::new();
         for (i, e) in events.iter().enumerate() {
             versions.entry(e.name).or_default().push((e.version, i));
         }
-        for v in versions.values_mut() {
-            v.sort_unstable();
+        let mut names: Vec<&'static str> = versions.keys().copied().collect();
+        names.sort_unstable(); // the first error is the same whatever the link order
+        let mut latest: Vec<u32> = (0..events.len() as u32).collect();
+        for name in names {
+            let chain = versions.get_mut(name).expect("a key of the map");
+            chain.sort_unstable();
+            // From the newest down: a version that skips one is reported as the gap it is,
+            // before the skipped version's own missing upcast.
+            for pair in chain.windows(2).rev() {
+                let ((_, previous), (_, i)) = (pair[0], pair[1]);
+                let (e, p) = (&events[i], &events[previous]);
+                match older[i] {
+                    Some(f) if f == previous => {}
+                    Some(f) => {
+                        let from = &events[f];
+                        return Err(RegistryError::UpcastGap {
+                            name: e.name,
+                            version: e.version,
+                            type_name: e.type_name,
+                            from_version: from.version,
+                            from_type: from.type_name,
+                            skipped_version: p.version,
+                            skipped_type: p.type_name,
+                        });
+                    }
+                    None => {
+                        return Err(RegistryError::MissingUpcast {
+                            name: e.name,
+                            version: e.version,
+                            type_name: e.type_name,
+                            previous_version: p.version,
+                            previous_type: p.type_name,
+                        })
+                    }
+                }
+            }
+            let newest = chain.last().map_or(0, |&(_, i)| i as u32);
+            for &(_, i) in chain.iter() {
+                latest[i] = newest;
+            }
         }
-        Ok(Registry {
-            events,
-            by_type,
+        Ok(Chains {
             versions,
-            handlers,
-            handlers_of,
+            newer,
+            latest,
         })
     }
 }
@@ -229,6 +452,12 @@ pub struct Registry {
     versions: HashMap<&'static str, Vec<(u32, usize)>>,
     handlers: Vec<&'static HandlerDescriptor>,
     handlers_of: Vec<Vec<u32>>,
+    /// Per event: the event that upcasts from it (the next version).
+    newer: Vec<Option<u32>>,
+    /// Per event: the newest version of its name.
+    latest: Vec<u32>,
+    /// Per event: the newest version of its name, when that is another event with handlers.
+    upcast_to: Vec<Option<u32>>,
 }
 
 impl Registry {
@@ -291,12 +520,142 @@ impl Registry {
     /// # Errors
     /// As [`event_by_name`](Self::event_by_name), and [`DecodeError::Payload`] when the payload
     /// does not fit the type.
-    pub fn decode(
-        &self,
-        raw: &RawEnvelope,
-    ) -> Result<Box<dyn event_core::AnyEnvelope>, DecodeError> {
+    pub fn decode(&self, raw: &RawEnvelope) -> Result<Box<dyn AnyEnvelope>, DecodeError> {
         let descriptor = self.event_by_name(&raw.name, raw.version)?;
         (descriptor.decode)(raw)
+    }
+
+    /// Decodes a raw envelope, as [`decode`](Self::decode), and upcasts it to the newest
+    /// registered version of its event: what a handler of that event is given.
+    ///
+    /// # Errors
+    /// As [`decode`](Self::decode).
+    pub fn decode_latest(&self, raw: &RawEnvelope) -> Result<Box<dyn AnyEnvelope>, DecodeError> {
+        let envelope = self.decode(raw)?;
+        let index = self
+            .event_index(envelope.event_type_id())
+            .expect("decoded into a registered type");
+        let latest = self.latest[index] as usize;
+        self.upcast_index(envelope, index, latest)
+    }
+
+    /// The newest registered version of the event `name`.
+    pub fn latest_version(&self, name: &str) -> Option<&EventDescriptor> {
+        let &(_, i) = self.versions.get(name)?.last()?;
+        Some(&self.events[self.latest[i] as usize])
+    }
+
+    /// Upcasts `envelope` step by step (v1 → v2 → v3) to the registered event type `to`, through
+    /// the upcasters its versions declare. An envelope already of type `to` is returned as it
+    /// is.
+    ///
+    /// # Errors
+    /// [`DecodeError::NoUpcastPath`] when `to` is not registered, is another event, or is an
+    /// older version than the envelope's (envelopes are never downcast); or when the
+    /// envelope's type is not registered.
+    pub fn upcast(
+        &self,
+        envelope: Box<dyn AnyEnvelope>,
+        to: TypeId,
+    ) -> Result<Box<dyn AnyEnvelope>, DecodeError> {
+        let no_path =
+            |reason: &'static str, target: Option<&EventDescriptor>| DecodeError::NoUpcastPath {
+                name: envelope.name().to_owned(),
+                version: envelope.version(),
+                target_name: target.map_or("?", |t| t.name),
+                target_version: target.map_or(0, |t| t.version),
+                target_type: target.map_or("?", |t| t.type_name),
+                reason,
+            };
+        let Some(target) = self.event_index(to) else {
+            return Err(no_path("the target type is not registered", None));
+        };
+        let t = &self.events[target];
+        let Some(from) = self.event_index(envelope.event_type_id()) else {
+            return Err(no_path("the envelope's type is not registered", Some(t)));
+        };
+        if envelope.name() != t.name {
+            return Err(no_path("the target is another event", Some(t)));
+        }
+        if envelope.version() > t.version {
+            return Err(no_path(
+                "the target is an older version, and envelopes are never downcast",
+                Some(t),
+            ));
+        }
+        self.upcast_index(envelope, from, target)
+    }
+
+    /// Follows the chain from event `from` to event `to` (the same name, not older).
+    fn upcast_index(
+        &self,
+        envelope: Box<dyn AnyEnvelope>,
+        from: usize,
+        to: usize,
+    ) -> Result<Box<dyn AnyEnvelope>, DecodeError> {
+        if from == to {
+            return Ok(envelope);
+        }
+        self.upcast_ref(&*envelope, from, to)
+    }
+
+    /// Upcasts a borrowed envelope of event `from` to event `to`, a newer version of the same
+    /// name, one step at a time. `from` and `to` differ.
+    pub(crate) fn upcast_ref(
+        &self,
+        envelope: &dyn AnyEnvelope,
+        mut from: usize,
+        to: usize,
+    ) -> Result<Box<dyn AnyEnvelope>, DecodeError> {
+        let target = &self.events[to];
+        let mut current: Option<Box<dyn AnyEnvelope>> = None;
+        while from != to {
+            let step = self.newer[from].map(|n| n as usize).and_then(|next| {
+                let upcaster = self.events[next].upcast_from?;
+                let source = current.as_deref().unwrap_or(envelope);
+                Some((next, (upcaster.convert)(source)?))
+            });
+            let Some((next, upcast)) = step else {
+                return Err(DecodeError::NoUpcastPath {
+                    name: envelope.name().to_owned(),
+                    version: envelope.version(),
+                    target_name: target.name,
+                    target_version: target.version,
+                    target_type: target.type_name,
+                    reason: "no chain of registered upcasters leads there",
+                });
+            };
+            current = Some(upcast);
+            from = next;
+        }
+        current.ok_or(DecodeError::NoUpcastPath {
+            name: envelope.name().to_owned(),
+            version: envelope.version(),
+            target_name: target.name,
+            target_version: target.version,
+            target_type: target.type_name,
+            reason: "the envelope is already of the target type",
+        })
+    }
+
+    /// The handlers that run for an envelope of the event type `type_id`: those of the newest
+    /// version of its event (older envelopes are upcast to it), by priority then name.
+    pub fn handlers_for(
+        &self,
+        type_id: TypeId,
+    ) -> impl Iterator<Item = &'static HandlerDescriptor> + '_ {
+        let latest = self.event_index(type_id).map(|i| self.latest[i] as usize);
+        latest
+            .into_iter()
+            .flat_map(|i| self.handlers_of[i].iter())
+            .map(|&h| self.handlers[h as usize])
+    }
+
+    /// The event an envelope of event `index` is dispatched as, when it must be upcast first:
+    /// the newest version of its name, when that is another event and has handlers.
+    #[inline]
+    pub(crate) fn upcast_target(&self, index: usize) -> Option<usize> {
+        self.upcast_to[index].map(|i| i as usize)
     }
 
     pub(crate) fn event_index(&self, type_id: TypeId) -> Option<usize> {
