@@ -177,7 +177,8 @@ impl DispatcherBuilder {
     /// dispatched before this succeeds.
     ///
     /// # Errors
-    /// Every [`RegistryError`]: duplicate (name, version), duplicate handler names, fewer
+    /// Every [`RegistryError`]: duplicate (name, version), an upcast chain with a gap or a
+    /// fork, a handler of an older version than the newest, duplicate handler names, fewer
     /// handlers than expected, a resource a handler takes that was not provided, a handler
     /// that needs a transaction.
     pub fn build(self) -> Result<Dispatcher, RegistryError> {
@@ -293,9 +294,14 @@ impl Dispatcher {
 
     /// Runs every handler of `E` on `envelope`, in order. Never fails as a whole: each
     /// handler's outcome is in the report. A type with no handlers gives an empty report.
+    ///
+    /// When `E` is an older version of an event, the handlers of its newest version run, on a
+    /// copy of the envelope upcast step by step (v1 → v2 → v3) with the same metadata; handlers
+    /// never take an older version than the newest (checked at start-up).
     pub async fn dispatch<E: DomainEvent>(&self, envelope: &Envelope<E>) -> DispatchReport {
         self.run(
             TypeId::of::<E>(),
+            envelope,
             envelope,
             envelope.metadata(),
             E::NAME,
@@ -311,7 +317,8 @@ impl Dispatcher {
         self.dispatch_phase(envelope, Phase::All, None).await
     }
 
-    /// Decodes `raw` through the registry by (name, version) and dispatches it.
+    /// Decodes `raw` through the registry by (name, version) and dispatches it (an older
+    /// version is upcast to the one the handlers take, as in [`dispatch`](Self::dispatch)).
     ///
     /// # Errors
     /// [`DispatchError::Decode`] for an unknown name ([`DecodeError::UnknownName`]) or version
@@ -341,6 +348,7 @@ impl Dispatcher {
         self.run(
             envelope.event_type_id(),
             envelope.as_any(),
+            envelope,
             envelope.metadata(),
             envelope.name(),
             phase,
@@ -373,10 +381,14 @@ impl Dispatcher {
         call(&self.inner.handlers[index as usize], envelope.as_any(), tx).await
     }
 
+    /// Runs the handlers of the event in order. An envelope of an older version is first
+    /// upcast (a copy, step by step) to the version the handlers take.
+    #[allow(clippy::too_many_arguments)]
     async fn run(
         &self,
         event_type: TypeId,
-        envelope: &(dyn Any + Send + Sync),
+        mut envelope: &(dyn Any + Send + Sync),
+        erased: &dyn AnyEnvelope,
         meta: &Metadata,
         name: &'static str,
         phase: Phase,
@@ -384,7 +396,39 @@ impl Dispatcher {
     ) -> DispatchReport {
         let inner = &*self.inner;
         let mut outcomes = SmallVec::new();
-        if let Some(index) = inner.registry.event_index(event_type) {
+        if let Some(mut index) = inner.registry.event_index(event_type) {
+            let upcast: Box<dyn AnyEnvelope>;
+            let runs = |h: &u32| match phase {
+                Phase::All => true,
+                Phase::Only(mode) => inner.handlers[*h as usize].descriptor.mode == mode,
+            };
+            // Not when no handler runs in this phase (an older version has none of its own).
+            let target = inner
+                .registry
+                .upcast_target(index)
+                .filter(|&t| inner.registry.handlers_of(t).iter().any(runs));
+            if let Some(target) = target {
+                match inner.registry.upcast_ref(erased, index, target) {
+                    Ok(newer) => upcast = newer,
+                    // Only a descriptor built by hand can get here (the chain was
+                    // validated): every handler fails, permanently, with the reason.
+                    Err(e) => {
+                        for &h in inner.registry.handlers_of(target) {
+                            outcomes.push(HandlerOutcome {
+                                handler: inner.handlers[h as usize].descriptor.name,
+                                outcome: Outcome::Failed(HandlerError::permanent(e.to_string())),
+                            });
+                        }
+                        return DispatchReport {
+                            event_id: meta.id,
+                            event_name: name,
+                            outcomes,
+                        };
+                    }
+                }
+                envelope = upcast.as_any();
+                index = target;
+            }
             for &h in inner.registry.handlers_of(index) {
                 let bound = &inner.handlers[h as usize];
                 if let Phase::Only(mode) = phase {
