@@ -141,7 +141,10 @@ pub enum ErrorKind {
 /// assert!(parse("x").unwrap_err().is_transient());
 /// assert!(parse("0").unwrap_err().is_permanent());
 /// ```
-pub struct HandlerError {
+pub struct HandlerError(Box<Inner>);
+
+// One pointer wide: handler results and dispatch reports stay small on the success path.
+struct Inner {
     kind: ErrorKind,
     error: Box<dyn StdError + Send + Sync + 'static>,
 }
@@ -149,18 +152,18 @@ pub struct HandlerError {
 impl HandlerError {
     /// A transient error: retried by durable delivery.
     pub fn transient(error: impl Into<Box<dyn StdError + Send + Sync + 'static>>) -> Self {
-        HandlerError {
+        HandlerError(Box::new(Inner {
             kind: ErrorKind::Transient,
             error: error.into(),
-        }
+        }))
     }
 
     /// A permanent error: dead-lettered at once by durable delivery.
     pub fn permanent(error: impl Into<Box<dyn StdError + Send + Sync + 'static>>) -> Self {
-        HandlerError {
+        HandlerError(Box::new(Inner {
             kind: ErrorKind::Permanent,
             error: error.into(),
-        }
+        }))
     }
 
     /// A transient error from a message.
@@ -175,28 +178,28 @@ impl HandlerError {
 
     /// Transient or permanent.
     pub fn kind(&self) -> ErrorKind {
-        self.kind
+        self.0.kind
     }
 
     /// `true` for [`ErrorKind::Permanent`].
     pub fn is_permanent(&self) -> bool {
-        self.kind == ErrorKind::Permanent
+        self.0.kind == ErrorKind::Permanent
     }
 
     /// `true` for [`ErrorKind::Transient`].
     pub fn is_transient(&self) -> bool {
-        self.kind == ErrorKind::Transient
+        self.0.kind == ErrorKind::Transient
     }
 
     /// The underlying error.
     pub fn source_error(&self) -> &(dyn StdError + Send + Sync + 'static) {
-        &*self.error
+        &*self.0.error
     }
 
     /// The messages of the error and of each of its sources, outermost first.
     pub fn chain(&self) -> Vec<String> {
-        let mut out = vec![self.error.to_string()];
-        let mut next = self.error.source();
+        let mut out = vec![self.0.error.to_string()];
+        let mut next = self.0.error.source();
         while let Some(e) = next {
             out.push(e.to_string());
             next = e.source();
@@ -214,7 +217,7 @@ impl<E: StdError + Send + Sync + 'static> From<E> for HandlerError {
 impl fmt::Debug for HandlerError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HandlerError")
-            .field("kind", &self.kind)
+            .field("kind", &self.0.kind)
             .field("chain", &self.chain())
             .finish()
     }
@@ -222,7 +225,7 @@ impl fmt::Debug for HandlerError {
 
 impl fmt::Display for HandlerError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let kind = match self.kind {
+        let kind = match self.0.kind {
             ErrorKind::Transient => "transient",
             ErrorKind::Permanent => "permanent",
         };

@@ -15,7 +15,7 @@ use smallvec::SmallVec;
 
 use crate::guard::{Admission, IdempotencyGuard, DEFAULT_GUARD_CAPACITY};
 use crate::registry::{Registry, RegistryBuilder, RegistryError, TypeIdMap};
-use crate::report::{DispatchReport, HandlerOutcome, Outcome};
+use crate::report::{DispatchReport, HandlerOutcome, Outcome, PanicMessage};
 use crate::uow::UnitOfWork;
 
 /// Which handlers of an event a dispatch runs.
@@ -40,6 +40,8 @@ struct BoundHandler {
 struct Inner {
     registry: Registry,
     handlers: Vec<BoundHandler>,
+    /// Per event index: every handler is a plain `fn`, so dispatch needs no future.
+    all_sync: Vec<bool>,
     resources: TypeIdMap<Arc<dyn Any + Send + Sync>>,
     guard: Option<IdempotencyGuard>,
 }
@@ -212,6 +214,16 @@ impl DispatcherBuilder {
                 resources,
             });
         }
+        // An older version that must be upcast first takes the slow path too: the check costs
+        // the events that need no upcast nothing.
+        let all_sync = (0..registry.events().len())
+            .map(|e| {
+                registry.upcast_target(e).is_none()
+                    && registry.handlers_of(e).iter().all(|&h| {
+                        matches!(handlers[h as usize].descriptor.call, HandlerCall::Sync(_))
+                    })
+            })
+            .collect();
         let guard = NonZeroUsize::new(self.guard_capacity).map(IdempotencyGuard::new);
         let resources = self
             .resources
@@ -222,10 +234,73 @@ impl DispatcherBuilder {
             inner: Arc::new(Inner {
                 registry,
                 handlers,
+                all_sync,
                 resources,
                 guard,
             }),
         })
+    }
+}
+
+/// The future of [`Dispatcher::dispatch`] and [`Dispatcher::dispatch_any`]: resolves to the
+/// [`DispatchReport`].
+///
+/// When every handler of the event is a plain `fn`, the first poll runs them and is ready: no
+/// state machine, no allocation. Otherwise it drives the `async fn` handlers in order.
+#[must_use = "futures do nothing unless polled: `.await` the dispatch"]
+pub struct Dispatch<'a> {
+    dispatcher: &'a Dispatcher,
+    event_type: TypeId,
+    envelope: &'a (dyn Any + Send + Sync),
+    /// The same envelope, to upcast it when the handlers take a newer version.
+    erased: &'a dyn AnyEnvelope,
+    meta: &'a Metadata,
+    name: &'static str,
+    slow: Option<std::pin::Pin<Box<dyn std::future::Future<Output = DispatchReport> + Send + 'a>>>,
+}
+
+impl std::fmt::Debug for Dispatch<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dispatch")
+            .field("event", &self.name)
+            .field("event_id", &self.meta.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> std::future::Future for Dispatch<'a> {
+    type Output = DispatchReport;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<DispatchReport> {
+        if self.slow.is_none() {
+            let d = self.dispatcher;
+            let Some(index) = d.inner.registry.event_index(self.event_type) else {
+                return std::task::Poll::Ready(DispatchReport::new(self.meta, self.name));
+            };
+            if let Ok(report) =
+                d.run_sync(index, self.envelope, self.meta, self.name, Phase::All, None)
+            {
+                return std::task::Poll::Ready(report);
+            }
+            let (envelope, erased) = (self.envelope, self.erased);
+            let (meta, name) = (self.meta, self.name);
+            self.slow = Some(Box::pin(d.run_async(
+                index,
+                envelope,
+                erased,
+                meta,
+                name,
+                Phase::All,
+                None,
+            )));
+        }
+        match &mut self.slow {
+            Some(f) => f.as_mut().poll(cx),
+            None => unreachable!("set above"),
+        }
     }
 }
 
@@ -292,29 +367,37 @@ impl Dispatcher {
         UnitOfWork::new(self)
     }
 
-    /// Runs every handler of `E` on `envelope`, in order. Never fails as a whole: each
-    /// handler's outcome is in the report. A type with no handlers gives an empty report.
+    /// Runs every handler of `E` on `envelope`, in order, when the returned future is
+    /// polled. Never fails as a whole: each handler's outcome is in the report. A type with no
+    /// handlers gives an empty report.
     ///
     /// When `E` is an older version of an event, the handlers of its newest version run, on a
     /// copy of the envelope upcast step by step (v1 → v2 → v3) with the same metadata; handlers
     /// never take an older version than the newest (checked at start-up).
-    pub async fn dispatch<E: DomainEvent>(&self, envelope: &Envelope<E>) -> DispatchReport {
-        self.run(
-            TypeId::of::<E>(),
+    pub fn dispatch<'a, E: DomainEvent>(&'a self, envelope: &'a Envelope<E>) -> Dispatch<'a> {
+        Dispatch {
+            dispatcher: self,
+            event_type: TypeId::of::<E>(),
             envelope,
-            envelope,
-            envelope.metadata(),
-            E::NAME,
-            Phase::All,
-            None,
-        )
-        .await
+            erased: envelope,
+            meta: envelope.metadata(),
+            name: E::NAME,
+            slow: None,
+        }
     }
 
     /// Runs every handler of a type-erased envelope (from an [`event_core::EventRecorder`] or
     /// [`Registry::decode`]).
-    pub async fn dispatch_any(&self, envelope: &dyn AnyEnvelope) -> DispatchReport {
-        self.dispatch_phase(envelope, Phase::All, None).await
+    pub fn dispatch_any<'a>(&'a self, envelope: &'a dyn AnyEnvelope) -> Dispatch<'a> {
+        Dispatch {
+            dispatcher: self,
+            event_type: envelope.event_type_id(),
+            envelope: envelope.as_any(),
+            erased: envelope,
+            meta: envelope.metadata(),
+            name: envelope.name(),
+            slow: None,
+        }
     }
 
     /// Decodes `raw` through the registry by (name, version) and dispatches it (an older
@@ -381,12 +464,68 @@ impl Dispatcher {
         call(&self.inner.handlers[index as usize], envelope.as_any(), tx).await
     }
 
-    /// Runs the handlers of the event in order. An envelope of an older version is first
-    /// upcast (a copy, step by step) to the version the handlers take.
+    /// Dispatches without a future when every handler of the event is a plain `fn` (the
+    /// common case: nothing to poll, nothing to allocate). Gives `tx` back when the event has
+    /// an `async fn` handler.
+    #[inline(always)]
+    fn run_sync<'t>(
+        &self,
+        index: usize,
+        envelope: &(dyn Any + Send + Sync),
+        meta: &Metadata,
+        name: &'static str,
+        phase: Phase,
+        mut tx: Option<&'t mut (dyn TransactionSource + 'static)>,
+    ) -> Result<DispatchReport, Option<&'t mut (dyn TransactionSource + 'static)>> {
+        let inner = &*self.inner;
+        if !inner.all_sync[index] {
+            return Err(tx);
+        }
+        let mut report = DispatchReport::new(meta, name);
+        for &h in inner.registry.handlers_of(index) {
+            let bound = &inner.handlers[h as usize];
+            if phase.skips(bound) {
+                continue;
+            }
+            let HandlerCall::Sync(f) = bound.descriptor.call else {
+                unreachable!("all_sync")
+            };
+            let outcome =
+                self.guarded(h, meta, || call_sync(f, bound, envelope, tx.as_deref_mut()));
+            report.push(bound, outcome, meta);
+        }
+        Ok(report)
+    }
+
     #[allow(clippy::too_many_arguments)]
     async fn run(
         &self,
         event_type: TypeId,
+        envelope: &(dyn Any + Send + Sync),
+        erased: &dyn AnyEnvelope,
+        meta: &Metadata,
+        name: &'static str,
+        phase: Phase,
+        tx: Option<&mut (dyn TransactionSource + 'static)>,
+    ) -> DispatchReport {
+        let Some(index) = self.inner.registry.event_index(event_type) else {
+            return DispatchReport::new(meta, name);
+        };
+        match self.run_sync(index, envelope, meta, name, phase, tx) {
+            Ok(report) => report,
+            // Boxed so that the future of a dispatch without async handlers stays small.
+            Err(tx) => {
+                Box::pin(self.run_async(index, envelope, erased, meta, name, phase, tx)).await
+            }
+        }
+    }
+
+    /// Runs the handlers one after another, awaiting `async fn` ones. An envelope of an older
+    /// version is first upcast (a copy, step by step) to the version the handlers take.
+    #[allow(clippy::too_many_arguments)]
+    async fn run_async(
+        &self,
+        mut index: usize,
         mut envelope: &(dyn Any + Send + Sync),
         erased: &dyn AnyEnvelope,
         meta: &Metadata,
@@ -395,77 +534,140 @@ impl Dispatcher {
         mut tx: Option<&mut (dyn TransactionSource + 'static)>,
     ) -> DispatchReport {
         let inner = &*self.inner;
-        let mut outcomes = SmallVec::new();
-        if let Some(mut index) = inner.registry.event_index(event_type) {
-            let upcast: Box<dyn AnyEnvelope>;
-            let runs = |h: &u32| match phase {
-                Phase::All => true,
-                Phase::Only(mode) => inner.handlers[*h as usize].descriptor.mode == mode,
-            };
-            // Not when no handler runs in this phase (an older version has none of its own).
-            let target = inner
-                .registry
-                .upcast_target(index)
-                .filter(|&t| inner.registry.handlers_of(t).iter().any(runs));
-            if let Some(target) = target {
-                match inner.registry.upcast_ref(erased, index, target) {
-                    Ok(newer) => upcast = newer,
-                    // Only a descriptor built by hand can get here (the chain was
-                    // validated): every handler fails, permanently, with the reason.
-                    Err(e) => {
-                        for &h in inner.registry.handlers_of(target) {
-                            outcomes.push(HandlerOutcome {
-                                handler: inner.handlers[h as usize].descriptor.name,
-                                outcome: Outcome::Failed(HandlerError::permanent(e.to_string())),
-                            });
-                        }
-                        return DispatchReport {
-                            event_id: meta.id,
-                            event_name: name,
-                            outcomes,
-                        };
-                    }
-                }
-                envelope = upcast.as_any();
-                index = target;
+        let mut report = DispatchReport::new(meta, name);
+        let upcast: Box<dyn AnyEnvelope>;
+        if let Some(target) = inner.registry.upcast_target(index) {
+            let handlers = inner.registry.handlers_of(target);
+            if handlers
+                .iter()
+                .all(|&h| phase.skips(&inner.handlers[h as usize]))
+            {
+                return report; // none runs in this phase: no need to upcast
             }
-            for &h in inner.registry.handlers_of(index) {
-                let bound = &inner.handlers[h as usize];
-                if let Phase::Only(mode) = phase {
-                    if bound.descriptor.mode != mode {
-                        continue;
-                    }
-                }
-                let outcome = match &inner.guard {
-                    None => call(bound, envelope, tx.as_deref_mut()).await,
-                    Some(guard) => match guard.admit(h, meta.id) {
-                        Admission::Duplicate => Outcome::Duplicate,
-                        Admission::Run => {
-                            let outcome = call(bound, envelope, tx.as_deref_mut()).await;
-                            guard.finish(h, meta.id, matches!(outcome, Outcome::Ran));
-                            outcome
+            match inner.registry.upcast_ref(erased, index, target) {
+                Ok(newer) => upcast = newer,
+                // Only a descriptor built by hand can get here (the chain was validated):
+                // every handler fails, permanently, with the reason.
+                Err(e) => {
+                    for &h in handlers {
+                        let bound = &inner.handlers[h as usize];
+                        if !phase.skips(bound) {
+                            let error = HandlerError::permanent(e.to_string());
+                            report.push(bound, Outcome::Failed(error), meta);
                         }
-                    },
-                };
-                if outcome.is_failure() {
-                    tracing::warn!(
-                        event = name,
-                        event_id = %meta.id,
-                        handler = bound.descriptor.name,
-                        "event handler {outcome}"
-                    );
+                    }
+                    return report;
                 }
-                outcomes.push(HandlerOutcome {
-                    handler: bound.descriptor.name,
-                    outcome,
-                });
+            }
+            envelope = upcast.as_any();
+            index = target;
+        }
+        for &h in inner.registry.handlers_of(index) {
+            let bound = &inner.handlers[h as usize];
+            if phase.skips(bound) {
+                continue;
+            }
+            let outcome = match self.admit(h, meta) {
+                Admission::Duplicate => Outcome::Duplicate,
+                Admission::Run => {
+                    let outcome = call(bound, envelope, tx.as_deref_mut()).await;
+                    self.finish(h, meta, &outcome);
+                    outcome
+                }
+            };
+            report.push(bound, outcome, meta);
+        }
+        report
+    }
+
+    #[inline]
+    fn admit(&self, handler: u32, meta: &Metadata) -> Admission {
+        match &self.inner.guard {
+            None => Admission::Run,
+            Some(guard) => guard.admit(handler, meta.id),
+        }
+    }
+
+    #[inline]
+    fn finish(&self, handler: u32, meta: &Metadata, outcome: &Outcome) {
+        if let Some(guard) = &self.inner.guard {
+            guard.finish(handler, meta.id, matches!(outcome, Outcome::Ran));
+        }
+    }
+
+    #[inline(always)]
+    fn guarded(&self, handler: u32, meta: &Metadata, run: impl FnOnce() -> Outcome) -> Outcome {
+        match self.admit(handler, meta) {
+            Admission::Duplicate => Outcome::Duplicate,
+            Admission::Run => {
+                let outcome = run();
+                self.finish(handler, meta, &outcome);
+                outcome
             }
         }
+    }
+}
+
+impl Phase {
+    #[inline]
+    fn skips(self, bound: &BoundHandler) -> bool {
+        matches!(self, Phase::Only(mode) if bound.descriptor.mode != mode)
+    }
+}
+
+impl DispatchReport {
+    #[inline]
+    fn new(meta: &Metadata, name: &'static str) -> Self {
         DispatchReport {
             event_id: meta.id,
             event_name: name,
-            outcomes,
+            outcomes: SmallVec::new(),
         }
+    }
+
+    #[inline]
+    fn push(&mut self, bound: &BoundHandler, outcome: Outcome, meta: &Metadata) {
+        if outcome.is_failure() {
+            tracing::warn!(
+                event = self.event_name,
+                event_id = %meta.id,
+                handler = bound.descriptor.name,
+                "event handler {outcome}"
+            );
+        }
+        self.outcomes.push(HandlerOutcome {
+            handler: bound.descriptor.name,
+            outcome,
+        });
+    }
+}
+
+fn transaction_for<'t>(
+    bound: &BoundHandler,
+    tx: Option<&'t mut (dyn TransactionSource + 'static)>,
+) -> Option<&'t mut (dyn Any + Send)> {
+    match (bound.descriptor.transaction, tx) {
+        (Some(wanted), Some(source)) => source.param((wanted.type_id)()),
+        _ => None,
+    }
+}
+
+#[inline(always)]
+fn call_sync(
+    f: fn(&mut HandlerContext<'_>) -> Result<(), HandlerError>,
+    bound: &BoundHandler,
+    envelope: &(dyn Any + Send + Sync),
+    tx: Option<&mut (dyn TransactionSource + 'static)>,
+) -> Outcome {
+    let mut ctx = HandlerContext::new(envelope, &bound.resources, transaction_for(bound, tx));
+    outcome(std::panic::catch_unwind(AssertUnwindSafe(|| f(&mut ctx))))
+}
+
+fn outcome(result: Result<Result<(), HandlerError>, Box<dyn Any + Send>>) -> Outcome {
+    match result {
+        Ok(Ok(())) => Outcome::Ran,
+        Ok(Err(e)) => Outcome::Failed(e),
+        Err(payload) => Outcome::Panicked(PanicMessage::new(panic_message(&*payload))),
     }
 }
 
@@ -474,20 +676,13 @@ async fn call(
     envelope: &(dyn Any + Send + Sync),
     tx: Option<&mut (dyn TransactionSource + 'static)>,
 ) -> Outcome {
-    let tx = match (bound.descriptor.transaction, tx) {
-        (Some(wanted), Some(source)) => source.param((wanted.type_id)()),
-        _ => None,
-    };
-    let mut ctx = HandlerContext::new(envelope, &bound.resources, tx);
-    let result: Result<Result<(), HandlerError>, Box<dyn Any + Send>> = match bound.descriptor.call
-    {
-        HandlerCall::Sync(f) => std::panic::catch_unwind(AssertUnwindSafe(|| f(&mut ctx))),
-        HandlerCall::Async(f) => AssertUnwindSafe(f(&mut ctx)).catch_unwind().await,
-    };
-    match result {
-        Ok(Ok(())) => Outcome::Ran,
-        Ok(Err(e)) => Outcome::Failed(e),
-        Err(payload) => Outcome::Panicked(panic_message(&*payload)),
+    match bound.descriptor.call {
+        HandlerCall::Sync(f) => call_sync(f, bound, envelope, tx),
+        HandlerCall::Async(f) => {
+            let mut ctx =
+                HandlerContext::new(envelope, &bound.resources, transaction_for(bound, tx));
+            outcome(AssertUnwindSafe(f(&mut ctx)).catch_unwind().await)
+        }
     }
 }
 

@@ -43,19 +43,30 @@ impl IdempotencyGuard {
     }
 
     pub(crate) fn admit(&self, handler: u32, event: Uuid) -> Admission {
-        let mut seen = self.lock();
-        if seen.get(&(handler, event)).is_some() {
-            return Admission::Duplicate;
+        let mut inserted = false;
+        // One lookup: inserts as in flight, or finds the pair (and makes it most recent).
+        self.lock().get_or_insert((handler, event), || {
+            inserted = true;
+            State::InFlight
+        });
+        if inserted {
+            Admission::Run
+        } else {
+            Admission::Duplicate
         }
-        seen.put((handler, event), State::InFlight);
-        Admission::Run
     }
 
     /// Marks the pair done after success; forgets it after a failure so that a retry runs it.
     pub(crate) fn finish(&self, handler: u32, event: Uuid, succeeded: bool) {
         let mut seen = self.lock();
         if succeeded {
-            seen.put((handler, event), State::Done);
+            match seen.peek_mut(&(handler, event)) {
+                Some(state) => *state = State::Done,
+                // Evicted while the handler ran: remember it again.
+                None => {
+                    seen.put((handler, event), State::Done);
+                }
+            }
         } else if seen.peek(&(handler, event)) == Some(&State::InFlight) {
             seen.pop(&(handler, event));
         }

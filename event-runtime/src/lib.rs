@@ -175,14 +175,14 @@ pub use compat::{
     check_catalog, check_schema, CatalogEntry, Compatibility, Direction, ParseCompatibilityError,
     Rule, Violation,
 };
-pub use dispatcher::{DispatchError, Dispatcher, DispatcherBuilder};
+pub use dispatcher::{Dispatch, DispatchError, Dispatcher, DispatcherBuilder};
 pub use guard::DEFAULT_GUARD_CAPACITY;
 pub use outbox::{
     BatchReport, CommitReport, FaultAction, FaultPoint, Outbox, OutboxBuilder, OutboxConfig,
     OutboxError, OutboxUnitOfWork, Workers,
 };
 pub use registry::{Registry, RegistryBuilder, RegistryError};
-pub use report::{DispatchReport, HandlerOutcome, Outcome};
+pub use report::{DispatchReport, HandlerOutcome, Outcome, PanicMessage};
 pub use retry::RetryPolicy;
 pub use store::{
     AuditEntry, BackendKind, DeadLetter, DeadLetterFilter, HandlerStats, OutboxStats, Resolution,

@@ -17,7 +17,35 @@ pub enum Outcome {
     /// The handler returned an error. Not marked in the guard, so a retry runs it again.
     Failed(HandlerError),
     /// The handler panicked; the message is the panic payload. Treated as a failure.
-    Panicked(String),
+    Panicked(PanicMessage),
+}
+
+/// The message of a handler's panic (the `&str` or `String` payload of `panic!`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PanicMessage(Box<String>);
+
+impl PanicMessage {
+    pub(crate) fn new(message: String) -> Self {
+        PanicMessage(Box::new(message))
+    }
+
+    /// The message.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for PanicMessage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::ops::Deref for PanicMessage {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
 }
 
 impl Outcome {
@@ -120,5 +148,15 @@ impl fmt::Display for DispatchReport {
             write!(f, " {} {};", o.handler, o.outcome)?;
         }
         Ok(())
+    }
+}
+#[cfg(test)]
+mod tests {
+    /// One dispatch returns one report by value: keep it small (no allocation, few bytes
+    /// copied) — see the `dispatch` benchmark.
+    #[test]
+    fn reports_stay_small() {
+        assert_eq!(std::mem::size_of::<super::Outcome>(), 16);
+        assert!(std::mem::size_of::<super::DispatchReport>() <= 176);
     }
 }
