@@ -1,5 +1,5 @@
 // A chain of three versions: v1 → v2 → v3, each declared on the newer type with its `From`.
-use event_core::{AnyEnvelope, DomainEvent, Envelope};
+use event_core::{DomainEvent, Envelope};
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Serialize, Deserialize, DomainEvent)]
