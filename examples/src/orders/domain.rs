@@ -137,9 +137,28 @@ pub struct AddLine {
     pub profit: Decimal,
 }
 
+/// What the application stores of an [`Order`] between commands, to load it again: the
+/// aggregate's state and its version (the sequence of its last event).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrderState {
+    /// The order id.
+    pub id: String,
+    /// The customer who placed it.
+    pub customer_id: String,
+    /// When it was placed.
+    pub order_date: NaiveDate,
+    /// Lines added so far.
+    pub lines: u32,
+    /// Whether it has shipped.
+    pub shipped: bool,
+    /// The sequence of its last event.
+    pub version: u64,
+}
+
 /// The order aggregate: guards the one-customer-per-order and ship-once rules and records
 /// what happened in its [`EventRecorder`]. The application takes the recorded events and
-/// commits them through a unit of work.
+/// commits them through a unit of work, with the aggregate's [`state`](Order::state), and
+/// [`load`](Order::load)s it again for the next command.
 #[derive(Debug)]
 pub struct Order {
     id: String,
@@ -170,6 +189,32 @@ impl Order {
             order_date: cmd.order_date,
         });
         order
+    }
+
+    /// An order as stored after its last command: the next event gets sequence
+    /// `state.version + 1`.
+    pub fn load(state: OrderState) -> Order {
+        Order {
+            id: state.id,
+            customer_id: state.customer_id,
+            order_date: state.order_date,
+            lines: state.lines,
+            shipped: state.shipped,
+            events: EventRecorder::at_version(state.version),
+        }
+    }
+
+    /// The state to store, the events recorded so far included (its version is the
+    /// sequence of the last one).
+    pub fn state(&self) -> OrderState {
+        OrderState {
+            id: self.id.clone(),
+            customer_id: self.customer_id.clone(),
+            order_date: self.order_date,
+            lines: self.lines,
+            shipped: self.shipped,
+            version: self.events.version(),
+        }
     }
 
     /// Adds a line; records [`LineAdded`].
@@ -341,6 +386,30 @@ mod tests {
         );
         assert!(order.take_events().is_empty());
         assert_eq!(order.lines(), 0);
+    }
+
+    #[test]
+    fn a_loaded_order_goes_on_from_its_version() {
+        let mut order = place();
+        order.add_line(line("C-1", 1)).unwrap();
+        order.take_events();
+        let state = order.state();
+        assert_eq!((state.version, state.lines, state.shipped), (2, 1, false));
+
+        let mut loaded = Order::load(state.clone());
+        assert_eq!(loaded.state(), state);
+        loaded.add_line(line("C-1", 2)).unwrap();
+        assert!(loaded.add_line(line("C-2", 3)).is_err());
+        loaded.ship(date("2019-01-05"), "First Class").unwrap();
+        let seqs: Vec<_> = loaded
+            .take_events()
+            .iter()
+            .map(|e| e.metadata().sequence)
+            .collect();
+        assert_eq!(seqs, [3, 4]);
+        assert!(Order::load(loaded.state())
+            .ship(date("2019-01-06"), "Same Day")
+            .is_err());
     }
 
     #[test]
