@@ -3,10 +3,12 @@
 //! The example binaries under `examples/` are thin: each parses its arguments and calls the
 //! library part here, so that the integration tests run the same code in-process.
 //!
-//! - [`orders`]: the main job. Replays a public retail data set (Superstore orders) through an
-//!   `Order` aggregate, a unit of work per command, and six handlers (projections and a
-//!   confirmation sender), with simulated at-least-once redelivery.
-//!   Run it with `cargo run --release --example orders`.
+//! - [`orders`]: the main job. Imports a public retail data set (Superstore orders) into a
+//!   database (SQLite by default, PostgreSQL too) through an `Order` aggregate, one unit of
+//!   work of the transactional outbox per command, and seven durable handlers (projections,
+//!   a confirmation sender, an ERP export whose refusals land in the dead letter queue), with
+//!   simulated transient failures, at-least-once re-appends and crashes. Run it with
+//!   `cargo run --release --example orders`; run it again and it reports the same totals.
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod orders;

@@ -1,387 +1,291 @@
-//! The order handlers and the resources they write: read models (projections) and a
-//! confirmation sender. Handlers know events and resources only, never the aggregate or CSV.
+//! The order handlers. Each writes its projection through the store transaction it is given
+//! (`tx: &mut Tx`), so that its effect commits — or rolls back — with the record of its run:
+//! in-transaction handlers with the command's unit of work, after-commit handlers with their
+//! delivery's completion. A delivery that is retried after a failure, or redelivered after a
+//! crash, therefore never counts twice. Handlers know events, their tables and resources,
+//! never the aggregate or the CSV.
 //!
-//! | handler | event | mode | resources |
+//! | handler | event | mode | writes |
 //! |---|---|---|---|
-//! | `orders.directory` | `order.placed` | in transaction | [`OrderDirectory`] |
-//! | `orders.revenue_by_region` | `order.line_added` | in transaction | [`OrderDirectory`], [`RegionRevenue`] |
-//! | `orders.customer_orders` | `order.placed` | after commit | [`CustomerStats`] |
-//! | `orders.customer_sales` | `order.line_added` | after commit | [`OrderDirectory`], [`CustomerStats`] |
-//! | `orders.shipping_lead_time` | `order.shipped` | after commit | [`OrderDirectory`], [`ShippingStats`] |
-//! | `orders.send_confirmation` | `order.shipped` | after commit, `async` | [`ConfirmationSender`] |
+//! | `orders.directory` | `order.placed` | in transaction | `orders_directory` |
+//! | `orders.revenue_by_region` | `order.line_added` | in transaction | `orders_revenue_by_region` |
+//! | `orders.customer_orders` | `order.placed` | after commit | `orders_customers` |
+//! | `orders.customer_sales` | `order.line_added` | after commit | `orders_customers` |
+//! | `orders.erp_export` | `order.line_added` | after commit, unordered | `orders_erp_export` |
+//! | `orders.shipping_lead_time` | `order.shipped` | after commit | `orders_lead_times` |
+//! | `orders.send_confirmation` | `order.shipped` | after commit, `async` | `orders_notifications` |
 //!
 //! Handler names are pinned with `name = "…"`: they are the first half of the idempotency
-//! key, and moving a function to another module must not reset deduplication.
+//! key (handler, event id) of every delivery row, and moving a function to another module
+//! must not make the store deliver old events again.
 //!
-//! Resources are shared between handler runs, so they use interior mutability (a `Mutex`
-//! each; no lock is held across an `.await`).
+//! After-commit handlers also take the [`Flaky`] resource, which fails a seeded fraction of
+//! their attempts transiently (`--flaky-rate`), after their write: the runtime must roll the
+//! write back and retry, and the totals show whether it did. In-transaction handlers are
+//! left alone: they have no retry (their failure aborts the command).
+//!
+//! The handlers of one aggregate's events run in sequence order per handler, but different
+//! handlers run independently: `orders.customer_sales` may see an order's lines before
+//! `orders.customer_orders` has counted the order. Their upserts commute, so the totals do
+//! not depend on it.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
 
-use chrono::NaiveDate;
 use event_core::{event_handler, Envelope, HandlerError};
+use event_runtime::{SqlValue, Tx};
 use rust_decimal::Decimal;
-use uuid::Uuid;
 
 use super::domain::{LineAdded, OrderPlaced, OrderShipped};
+use super::sql::{day_number, to_units};
 
 /// How many handlers this module registers (checked at start-up with `expect_handlers`).
-pub const HANDLER_COUNT: usize = 6;
+pub const HANDLER_COUNT: usize = 7;
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A handler that panicked while holding the lock is reported by the dispatcher; the data
-    // it guarded is still the best there is, so keep going with it.
-    m.lock().unwrap_or_else(PoisonError::into_inner)
+/// The handler whose dead letters are expected: the legacy ERP refuses non-ASCII product
+/// names. A dead letter of any other handler means a projection misses an event.
+pub const ERP_EXPORT: &str = "orders.erp_export";
+
+/// Makes after-commit handlers fail transiently on a fraction of their attempts, drawn from
+/// a seeded generator (`--flaky-rate`, `--seed`): a stand-in for a lost connection or a
+/// deadlock. The order in which deliveries draw depends on scheduling, so which attempts
+/// fail varies from run to run; how many, roughly, does not.
+#[derive(Debug)]
+pub struct Flaky {
+    rate: f64,
+    rng: Mutex<fastrand::Rng>,
+    injected: AtomicU64,
 }
 
-/// What the other read models need to know about a placed order.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OrderInfo {
-    /// The customer.
-    pub customer_id: String,
-    /// The customer's segment.
-    pub segment: String,
-    /// The sales region.
-    pub region: String,
-    /// When it was placed.
-    pub order_date: NaiveDate,
-}
-
-/// Every placed order, by id: written in the transaction of `order.placed`, so it is there
-/// for the handlers of the order's later events.
-#[derive(Debug, Default)]
-pub struct OrderDirectory {
-    orders: Mutex<HashMap<String, OrderInfo>>,
-}
-
-impl OrderDirectory {
-    /// The order `id`, if placed.
-    pub fn get(&self, id: &str) -> Option<OrderInfo> {
-        lock(&self.orders).get(id).cloned()
-    }
-
-    /// How many orders are known.
-    pub fn len(&self) -> usize {
-        lock(&self.orders).len()
-    }
-
-    /// `true` when no order is known.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    fn lookup(&self, id: &str) -> Result<OrderInfo, HandlerError> {
-        // Permanent: redelivering the same event cannot make an unknown order known.
-        self.get(id).ok_or_else(|| {
-            HandlerError::permanent_msg(format_args!("order {id} is not in the directory"))
-        })
-    }
-}
-
-/// Revenue of one region.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Revenue {
-    /// Lines counted.
-    pub lines: u64,
-    /// Units sold.
-    pub quantity: u64,
-    /// Sales, exact.
-    pub sales: Decimal,
-    /// Profit, exact.
-    pub profit: Decimal,
-}
-
-/// Revenue by region, exact decimals.
-#[derive(Debug, Default)]
-pub struct RegionRevenue {
-    regions: Mutex<BTreeMap<String, Revenue>>,
-}
-
-impl RegionRevenue {
-    /// Revenue per region, by region name.
-    pub fn snapshot(&self) -> BTreeMap<String, Revenue> {
-        lock(&self.regions).clone()
-    }
-}
-
-/// One customer's orders and sales.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Customer {
-    /// The customer's segment (from the first order seen).
-    pub segment: String,
-    /// Orders placed.
-    pub orders: u64,
-    /// Lines bought.
-    pub lines: u64,
-    /// Sales, exact.
-    pub sales: Decimal,
-}
-
-/// Orders and customers of one segment.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Segment {
-    /// Orders placed.
-    pub orders: u64,
-    /// Distinct customers.
-    pub customers: u64,
-    /// Sales, exact.
-    pub sales: Decimal,
-}
-
-#[derive(Debug, Default)]
-struct CustomerState {
-    customers: HashMap<String, Customer>,
-    segments: BTreeMap<String, Segment>,
-}
-
-/// Orders and sales per customer, and counts per segment.
-#[derive(Debug, Default)]
-pub struct CustomerStats {
-    state: Mutex<CustomerState>,
-}
-
-impl CustomerStats {
-    /// Every customer, by id.
-    pub fn customers(&self) -> HashMap<String, Customer> {
-        lock(&self.state).customers.clone()
-    }
-
-    /// Every segment, by name.
-    pub fn segments(&self) -> BTreeMap<String, Segment> {
-        lock(&self.state).segments.clone()
-    }
-}
-
-/// Lead times of one ship mode, in whole days.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct LeadTimes {
-    /// Orders shipped.
-    pub orders: u64,
-    /// Sum of lead times, for the mean.
-    pub total_days: i64,
-    /// Shortest.
-    pub min_days: i64,
-    /// Longest.
-    pub max_days: i64,
-    /// Orders by lead time in days.
-    pub by_days: BTreeMap<i64, u64>,
-}
-
-impl LeadTimes {
-    fn add(&mut self, days: i64) {
-        if self.orders == 0 {
-            self.min_days = days;
-            self.max_days = days;
-        } else {
-            self.min_days = self.min_days.min(days);
-            self.max_days = self.max_days.max(days);
-        }
-        self.orders += 1;
-        self.total_days += days;
-        *self.by_days.entry(days).or_default() += 1;
-    }
-
-    /// Merges `other` into `self`.
-    pub fn merge(&mut self, other: &LeadTimes) {
-        if other.orders == 0 {
-            return;
-        }
-        if self.orders == 0 {
-            self.min_days = other.min_days;
-            self.max_days = other.max_days;
-        } else {
-            self.min_days = self.min_days.min(other.min_days);
-            self.max_days = self.max_days.max(other.max_days);
-        }
-        self.orders += other.orders;
-        self.total_days += other.total_days;
-        for (d, n) in &other.by_days {
-            *self.by_days.entry(*d).or_default() += n;
+impl Flaky {
+    /// Fails `rate` (0 to 1) of the attempts.
+    pub fn new(rate: f64, seed: u64) -> Self {
+        Flaky {
+            rate,
+            rng: Mutex::new(fastrand::Rng::with_seed(seed)),
+            injected: AtomicU64::new(0),
         }
     }
 
-    /// Mean lead time in days, rounded to two decimals (0 when there are no orders).
-    pub fn mean_days(&self) -> Decimal {
-        if self.orders == 0 {
-            return Decimal::ZERO;
+    /// Failures injected so far.
+    pub fn injected(&self) -> u64 {
+        self.injected.load(Ordering::Relaxed)
+    }
+
+    /// One attempt of `handler`: `Err` (transient) for the unlucky fraction.
+    fn attempt(&self, handler: &str) -> Result<(), HandlerError> {
+        if self.rate <= 0.0 {
+            return Ok(());
         }
-        (Decimal::from(self.total_days) / Decimal::from(self.orders)).round_dp(2)
-    }
-}
-
-/// Shipping lead time (ship date − order date) by ship mode.
-#[derive(Debug, Default)]
-pub struct ShippingStats {
-    modes: Mutex<BTreeMap<String, LeadTimes>>,
-}
-
-impl ShippingStats {
-    /// Lead times per ship mode.
-    pub fn by_mode(&self) -> BTreeMap<String, LeadTimes> {
-        lock(&self.modes).clone()
-    }
-}
-
-/// A shipping confirmation, as handed to the mail service.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Confirmation {
-    /// Idempotency key for the mail service: the `order.shipped` event id, so that a
-    /// redelivered event that got past every other guard is still sent once.
-    pub idempotency_key: Uuid,
-    /// The order.
-    pub order_id: String,
-    /// The message.
-    pub body: String,
-}
-
-#[derive(Debug, Default)]
-struct Mailbox {
-    sent: u64,
-    keys: HashSet<Uuid>,
-    repeated_keys: u64,
-    first: Option<Confirmation>,
-}
-
-/// Stand-in for an e-mail sender: counts what it was asked to send and notices a key it has
-/// seen before (which a real provider would drop, and which the dispatcher's guard should
-/// never let through).
-#[derive(Debug, Default)]
-pub struct ConfirmationSender {
-    mailbox: Mutex<Mailbox>,
-}
-
-impl ConfirmationSender {
-    /// Sends `confirmation` (in this stand-in: records it).
-    pub async fn send(&self, confirmation: Confirmation) -> Result<(), HandlerError> {
-        let mut mailbox = lock(&self.mailbox);
-        mailbox.sent += 1;
-        if !mailbox.keys.insert(confirmation.idempotency_key) {
-            mailbox.repeated_keys += 1;
+        let draw = self
+            .rng
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .f64();
+        if draw >= self.rate {
+            return Ok(());
         }
-        mailbox.first.get_or_insert(confirmation);
-        Ok(())
-    }
-
-    /// Confirmations sent.
-    pub fn sent(&self) -> u64 {
-        lock(&self.mailbox).sent
-    }
-
-    /// Confirmations whose idempotency key had been sent before.
-    pub fn repeated_keys(&self) -> u64 {
-        lock(&self.mailbox).repeated_keys
-    }
-
-    /// The first confirmation sent, as a sample.
-    pub fn first(&self) -> Option<Confirmation> {
-        lock(&self.mailbox).first.clone()
+        self.injected.fetch_add(1, Ordering::Relaxed);
+        Err(HandlerError::transient_msg(format_args!(
+            "{handler}: simulated transient failure (--flaky-rate {})",
+            self.rate
+        )))
     }
 }
 
-/// Remembers each placed order for the handlers of its later events.
+/// An amount in stored units, or a permanent error: redelivering the event cannot give it
+/// fewer decimals.
+fn units(amount: Decimal, what: &str) -> Result<i64, HandlerError> {
+    to_units(amount).ok_or_else(|| {
+        HandlerError::permanent_msg(format_args!(
+            "{what} {amount} cannot be stored exactly: more than four decimals"
+        ))
+    })
+}
+
+/// `Ok` when the statement found the order in the directory; a permanent error otherwise
+/// (redelivering the same event cannot make an unknown order known).
+fn found(rows: u64, order_id: &str) -> Result<(), HandlerError> {
+    if rows == 0 {
+        return Err(HandlerError::permanent_msg(format_args!(
+            "order {order_id} is not in the directory"
+        )));
+    }
+    Ok(())
+}
+
+/// Remembers each placed order for the handlers of its later events. In the transaction,
+/// so it is there before any of them runs.
 #[event_handler(name = "orders.directory", priority = 0, in_transaction)]
-fn order_directory(event: &OrderPlaced, directory: &OrderDirectory) {
-    lock(&directory.orders).insert(
-        event.order_id.clone(),
-        OrderInfo {
-            customer_id: event.customer_id.clone(),
-            segment: event.segment.clone(),
-            region: event.region.clone(),
-            order_date: event.order_date,
-        },
-    );
+async fn order_directory(event: &OrderPlaced, tx: &mut Tx) -> Result<(), HandlerError> {
+    tx.execute(
+        "INSERT INTO orders_directory (order_id, customer_id, segment, region, order_day)
+        VALUES ($1, $2, $3, $4, $5)",
+        &[
+            SqlValue::Text(&event.order_id),
+            SqlValue::Text(&event.customer_id),
+            SqlValue::Text(&event.segment),
+            SqlValue::Text(&event.region),
+            SqlValue::Int(day_number(event.order_date)),
+        ],
+    )
+    .await?;
+    Ok(())
 }
 
-/// Adds each line's sales and profit to its order's region. In the transaction: revenue is
-/// what the books say, so a line that cannot be booked aborts its commit.
+/// Adds each line's sales and profit to its order's region, exactly. In the transaction:
+/// revenue is what the books say, so a line that cannot be booked aborts its command.
 #[event_handler(name = "orders.revenue_by_region", priority = 1, in_transaction)]
-fn revenue_by_region(
-    event: &LineAdded,
-    directory: &OrderDirectory,
-    revenue: &RegionRevenue,
-) -> Result<(), HandlerError> {
-    let order = directory.lookup(&event.order_id)?;
-    let mut regions = lock(&revenue.regions);
-    let region = regions.entry(order.region).or_default();
-    region.lines += 1;
-    region.quantity += u64::from(event.quantity);
-    region.sales += event.sales;
-    region.profit += event.profit;
-    Ok(())
+async fn revenue_by_region(event: &LineAdded, tx: &mut Tx) -> Result<(), HandlerError> {
+    let sales = units(event.sales, "sales")?;
+    let profit = units(event.profit, "profit")?;
+    let rows = tx
+        .execute(
+            "INSERT INTO orders_revenue_by_region (region, lines, quantity, sales, profit)
+            SELECT region, 1, $2, $3, $4 FROM orders_directory WHERE order_id = $1
+            ON CONFLICT (region) DO UPDATE SET
+                lines = orders_revenue_by_region.lines + 1,
+                quantity = orders_revenue_by_region.quantity + excluded.quantity,
+                sales = orders_revenue_by_region.sales + excluded.sales,
+                profit = orders_revenue_by_region.profit + excluded.profit",
+            &[
+                SqlValue::Text(&event.order_id),
+                SqlValue::Int(i64::from(event.quantity)),
+                SqlValue::Int(sales),
+                SqlValue::Int(profit),
+            ],
+        )
+        .await?;
+    found(rows, &event.order_id)
 }
 
-/// Counts orders per customer and per segment.
+/// Counts orders per customer.
 #[event_handler(name = "orders.customer_orders", priority = 10)]
-fn customer_orders(event: &OrderPlaced, stats: &CustomerStats) {
-    let mut state = lock(&stats.state);
-    let state = &mut *state;
-    let new_customer = !state.customers.contains_key(&event.customer_id);
-    let customer = state
-        .customers
-        .entry(event.customer_id.clone())
-        .or_insert_with(|| Customer {
-            segment: event.segment.clone(),
-            ..Customer::default()
-        });
-    customer.orders += 1;
-    let segment = state.segments.entry(event.segment.clone()).or_default();
-    segment.orders += 1;
-    if new_customer {
-        segment.customers += 1;
-    }
+async fn customer_orders(
+    event: &OrderPlaced,
+    tx: &mut Tx,
+    flaky: &Flaky,
+) -> Result<(), HandlerError> {
+    tx.execute(
+        "INSERT INTO orders_customers (customer_id, segment, orders, lines, sales)
+        VALUES ($1, $2, 1, 0, 0)
+        ON CONFLICT (customer_id) DO UPDATE SET orders = orders_customers.orders + 1",
+        &[
+            SqlValue::Text(&event.customer_id),
+            SqlValue::Text(&event.segment),
+        ],
+    )
+    .await?;
+    flaky.attempt("orders.customer_orders")
 }
 
-/// Adds each line's sales to its customer and segment.
+/// Adds each line's sales to its order's customer.
 #[event_handler(name = "orders.customer_sales", priority = 10)]
-fn customer_sales(
-    event: &LineAdded,
-    directory: &OrderDirectory,
-    stats: &CustomerStats,
-) -> Result<(), HandlerError> {
-    let order = directory.lookup(&event.order_id)?;
-    let mut state = lock(&stats.state);
-    let customer = state.customers.entry(order.customer_id).or_default();
-    customer.lines += 1;
-    customer.sales += event.sales;
-    state.segments.entry(order.segment).or_default().sales += event.sales;
-    Ok(())
+async fn customer_sales(event: &LineAdded, tx: &mut Tx, flaky: &Flaky) -> Result<(), HandlerError> {
+    let sales = units(event.sales, "sales")?;
+    let rows = tx
+        .execute(
+            "INSERT INTO orders_customers (customer_id, segment, orders, lines, sales)
+            SELECT customer_id, segment, 0, 1, $2 FROM orders_directory WHERE order_id = $1
+            ON CONFLICT (customer_id) DO UPDATE SET
+                lines = orders_customers.lines + 1,
+                sales = orders_customers.sales + excluded.sales",
+            &[SqlValue::Text(&event.order_id), SqlValue::Int(sales)],
+        )
+        .await?;
+    found(rows, &event.order_id)?;
+    flaky.attempt("orders.customer_sales")
 }
 
-/// Lead time of each shipped order, by ship mode.
+/// Exports each line to a legacy ERP that only takes ASCII: a product name with any other
+/// character is refused for good (a permanent error), and the delivery goes to the dead
+/// letter queue, where `orders events dlq list` shows it.
+///
+/// `unordered`: the export of one line does not depend on the export of the order's earlier
+/// lines, so per-aggregate order buys nothing here — and with it, a dead letter would hold
+/// back every later line of its order until someone replays or purges it. Ten orders of the
+/// bundled data have two non-ASCII lines; ordered, their second line would never be tried.
+#[event_handler(name = "orders.erp_export", priority = 15, unordered)]
+async fn erp_export(
+    envelope: &Envelope<LineAdded>,
+    tx: &mut Tx,
+    flaky: &Flaky,
+) -> Result<(), HandlerError> {
+    let line = envelope.event();
+    if let Some((at, c)) = line
+        .product_name
+        .char_indices()
+        .find(|(_, c)| !c.is_ascii())
+    {
+        return Err(HandlerError::permanent_msg(format_args!(
+            "the ERP takes ASCII only: product name of row {} has {c:?} (U+{:04X}) at byte {at}: {:?}",
+            line.row_id, c as u32, line.product_name
+        )));
+    }
+    // The ERP's fixed layout: row;order;product;quantity;sales.
+    let record = format!(
+        "{};{};{};{};{}",
+        line.row_id, line.order_id, line.product_id, line.quantity, line.sales
+    );
+    tx.execute(
+        "INSERT INTO orders_erp_export (event_id, row_id, order_id, record) VALUES ($1, $2, $3, $4)",
+        &[
+            SqlValue::Text(&envelope.id().to_string()),
+            SqlValue::Int(i64::try_from(line.row_id).unwrap_or(i64::MAX)),
+            SqlValue::Text(&line.order_id),
+            SqlValue::Text(&record),
+        ],
+    )
+    .await?;
+    flaky.attempt(ERP_EXPORT)
+}
+
+/// Lead time (ship date − order date, in days) of each shipped order, by ship mode.
 #[event_handler(name = "orders.shipping_lead_time", priority = 20)]
-fn shipping_lead_time(
+async fn shipping_lead_time(
     event: &OrderShipped,
-    directory: &OrderDirectory,
-    stats: &ShippingStats,
+    tx: &mut Tx,
+    flaky: &Flaky,
 ) -> Result<(), HandlerError> {
-    let order = directory.lookup(&event.order_id)?;
-    let days = (event.ship_date - order.order_date).num_days();
-    lock(&stats.modes)
-        .entry(event.ship_mode.clone())
-        .or_default()
-        .add(days);
-    Ok(())
+    let rows = tx
+        .execute(
+            "INSERT INTO orders_lead_times (ship_mode, days, orders)
+            SELECT $1, $2 - order_day, 1 FROM orders_directory WHERE order_id = $3
+            ON CONFLICT (ship_mode, days) DO UPDATE SET orders = orders_lead_times.orders + 1",
+            &[
+                SqlValue::Text(&event.ship_mode),
+                SqlValue::Int(day_number(event.ship_date)),
+                SqlValue::Text(&event.order_id),
+            ],
+        )
+        .await?;
+    found(rows, &event.order_id)?;
+    flaky.attempt("orders.shipping_lead_time")
 }
 
-/// Sends one shipping confirmation per shipped order; the event id is the idempotency key
-/// handed to the mail service (an external effect cannot share the guard's transaction).
+/// Sends one shipping confirmation per shipped order: writes it to `orders_notifications`,
+/// the mail queue a mailer would read, keyed by the `order.shipped` event id (also handed
+/// on as the mail service's idempotency key).
 #[event_handler(name = "orders.send_confirmation", priority = 30)]
 async fn send_confirmation(
     envelope: &Envelope<OrderShipped>,
-    sender: &ConfirmationSender,
+    tx: &mut Tx,
+    flaky: &Flaky,
 ) -> Result<(), HandlerError> {
     let shipped = envelope.event();
-    let confirmation = Confirmation {
-        idempotency_key: envelope.id(),
-        order_id: shipped.order_id.clone(),
-        body: format!(
-            "Your order {} was shipped on {} by {}. [Idempotency-Key: {}]",
-            shipped.order_id,
-            shipped.ship_date,
-            shipped.ship_mode,
-            envelope.id()
-        ),
-    };
-    sender.send(confirmation).await
+    let key = envelope.id().to_string();
+    let body = format!(
+        "Your order {} was shipped on {} by {}. [Idempotency-Key: {key}]",
+        shipped.order_id, shipped.ship_date, shipped.ship_mode,
+    );
+    tx.execute(
+        "INSERT INTO orders_notifications (event_id, order_id, body) VALUES ($1, $2, $3)",
+        &[
+            SqlValue::Text(&key),
+            SqlValue::Text(&shipped.order_id),
+            SqlValue::Text(&body),
+        ],
+    )
+    .await?;
+    flaky.attempt("orders.send_confirmation")
 }

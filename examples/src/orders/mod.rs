@@ -1,44 +1,69 @@
-//! The `orders` example: replays the Superstore orders data set through the `Order`
-//! aggregate, one unit of work per command, and reports what the handlers computed.
+//! The `orders` example: imports the Superstore orders data set into a database through the
+//! `Order` aggregate and a transactional outbox, delivers the events to durable handlers,
+//! and reports what their projections hold.
 //!
 //! ```text
-//! CSV row ─► Order::place / Order::add_line ─► recorder ─► unit_of_work.commit()
-//!                                                            ├─ in transaction: directory, revenue by region
-//!                                                            └─ after commit: customer stats, lead time, confirmation
-//! after the last row: Order::ship for every placed order ─► unit_of_work.commit()
-//! every Nth envelope: its CloudEvents JSON is dispatched again (at-least-once redelivery);
-//! the idempotency guard skips every handler that already ran.
+//! CSV row ─► outbox.begin() ─► row already imported? skip (by row id)
+//!                            ─► load Order (state + version) ─► add_line ─► recorder
+//!                            ─► save state + imported row ─► add events ─► commit:
+//!                                 ├─ in the transaction: directory, revenue by region
+//!                                 └─ one delivery row per after-commit handler
+//! after the last row: Order::ship for every placed order not shipped yet, one unit of work each
+//!   (`--batch N` puts N commands, rows or shipments, in one unit of work)
+//! delivery (a task beside the import, then drain): customer stats, ERP export, lead time,
+//!   confirmation — each handler's write commits with its delivery's completion;
+//!   transient failures (--flaky-rate) are retried, the ERP's refusals are dead-lettered
+//! every Nth envelope: appended again (same event id) in a later unit of work, as a retried
+//!   command or a redelivered message would be; the outbox skips it as a duplicate
 //! ```
 //!
+//! The database (`--database`, default `sqlite://orders.db`) is the state: running again on
+//! it skips the rows it already holds, finishes any delivery a crash left undone
+//! (`--crash-after`), and reports the same totals.
+//!
 //! [`run`] does the work and returns a [`Report`]; the `orders` example binary prints it with
-//! [`report::render`] and ends with the [`Summary`] line.
+//! [`report::render`] and ends with the [`Summary`] line. `orders events …` is the runtime's
+//! operations tool, embedded ([`cli_app`]).
 
 pub mod csv_input;
 pub mod domain;
 pub mod handlers;
+pub mod persistence;
+pub mod read_model;
 pub mod report;
+pub mod sql;
 
-use std::collections::hash_map::Entry;
-use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use chrono::NaiveDate;
-use event_core::{AnyEnvelope, DeliveryMode};
+use event_core::{AnyEnvelope, DecodeError, DeliveryMode, RawEnvelope};
+use event_runtime::cli::App;
 use event_runtime::{
-    CommitError, DispatchError, DispatchReport, Dispatcher, Outcome, RegistryError,
-    DEFAULT_GUARD_CAPACITY,
+    BatchReport, Outbox, OutboxConfig, OutboxError, OutboxUnitOfWork, Registry, RegistryError,
+    RetryPolicy, Store, StoreError,
 };
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
 use self::csv_input::{InputError, OrderRow};
 use self::domain::{AddLine, Order, OrderError, PlaceOrder};
-use self::handlers::{
-    Confirmation, ConfirmationSender, Customer, CustomerStats, LeadTimes, OrderDirectory,
-    RegionRevenue, Revenue, Segment, ShippingStats, HANDLER_COUNT,
-};
+use self::handlers::{Flaky, ERP_EXPORT, HANDLER_COUNT};
+use self::persistence::StoredOrder;
+use self::read_model::{Customer, LeadTimes, ReadModel, Rejection, Revenue, Segment};
+
+/// The database used when `--database` is not given: a file in the working directory.
+pub const DEFAULT_DATABASE: &str = "sqlite://orders.db";
+
+/// The seed of `--flaky-rate` failures when `--seed` is not given.
+pub const DEFAULT_SEED: u64 = 20_190_103;
+
+/// Commands per unit of work when `--batch` is not given: one, the textbook rule.
+pub const DEFAULT_BATCH: usize = 1;
 
 /// The bundled data set, resolved at compile time so the example runs from any directory.
 pub fn default_input() -> PathBuf {
@@ -52,20 +77,39 @@ pub fn default_input() -> PathBuf {
 #[derive(Debug, Clone, clap::Parser)]
 #[command(
     name = "orders",
-    about = "Replays retail orders through an Order aggregate, a unit of work and six event handlers, with simulated at-least-once redelivery."
+    about = "Imports retail orders into a database through an Order aggregate and a transactional outbox, delivers the events to durable handlers (retries, dead letters), and reports the projections.",
+    after_help = "Operations on the same database (dead letters, backlog): orders events --help"
 )]
 pub struct Args {
     /// The orders CSV (Superstore layout: UTF-8, a header line, dates as dd/mm/yy).
     #[arg(long, value_name = "PATH", default_value_os_t = default_input())]
     pub input: PathBuf,
-    /// Dispatch every Nth envelope a second time, as a broker that lost an ack would; 0 turns
-    /// redelivery off.
+    /// The database: sqlite://PATH (created when missing) or postgres://USER@HOST/DB. Running
+    /// again on the same database skips the rows it already holds.
+    #[arg(long, value_name = "URL", default_value = DEFAULT_DATABASE)]
+    pub database: String,
+    /// PostgreSQL only: keep every table in this schema (created when missing).
+    #[arg(long, value_name = "NAME")]
+    pub schema: Option<String>,
+    /// Append every Nth envelope a second time (same event id) in a later unit of work, as a
+    /// retried command or a redelivered message would; 0 turns it off.
     #[arg(long, value_name = "N", default_value_t = 10)]
     pub redeliver_every: u64,
-    /// Entries of the in-memory idempotency guard; 0 turns the guard off (redelivered events
-    /// then run their handlers again, and the totals show it).
-    #[arg(long, value_name = "ENTRIES", default_value_t = DEFAULT_GUARD_CAPACITY)]
-    pub idempotency_capacity: usize,
+    /// Fraction of after-commit handler attempts that fail transiently (0 to 1).
+    #[arg(long, value_name = "P", default_value_t = 0.05)]
+    pub flaky_rate: f64,
+    /// Seed of the --flaky-rate failures.
+    #[arg(long, value_name = "S", default_value_t = DEFAULT_SEED)]
+    pub seed: u64,
+    /// Abort the process (as a crash would) once this many deliveries have completed; run
+    /// again on the same database to finish.
+    #[arg(long, value_name = "N")]
+    pub crash_after: Option<u64>,
+    /// Commands per unit of work (rows while importing, orders while shipping). Each stays
+    /// one command, applied once (a row is recognised by its row id); more per commit make
+    /// fewer, larger transactions, which PostgreSQL (one flush per commit) runs much faster.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_BATCH)]
+    pub batch: usize,
     /// Customers listed in the top-customers table.
     #[arg(long, value_name = "N", default_value_t = 10)]
     pub top: usize,
@@ -75,8 +119,13 @@ impl Default for Args {
     fn default() -> Self {
         Args {
             input: default_input(),
+            database: DEFAULT_DATABASE.to_owned(),
+            schema: None,
             redeliver_every: 10,
-            idempotency_capacity: DEFAULT_GUARD_CAPACITY,
+            flaky_rate: 0.05,
+            seed: DEFAULT_SEED,
+            crash_after: None,
+            batch: DEFAULT_BATCH,
             top: 10,
         }
     }
@@ -89,19 +138,32 @@ pub enum RunError {
     /// The input could not be read.
     #[error(transparent)]
     Input(#[from] InputError),
-    /// The dispatcher refused its registry at start-up.
-    #[error("cannot start the dispatcher: {0}")]
-    Registry(#[from] RegistryError),
-    /// An in-transaction handler failed, so a command's commit was aborted.
+    /// An option is out of range.
+    #[error("{0}")]
+    Usage(String),
+    /// The database could not be opened or migrated.
+    #[error("cannot open database {url}: {source}")]
+    Open {
+        /// The URL, password masked.
+        url: String,
+        /// The store's error.
+        #[source]
+        source: StoreError,
+    },
+    /// The outbox refused its configuration or its handlers at start-up.
+    #[error("cannot start the outbox: {0}")]
+    Start(#[source] OutboxError),
+    /// A command's unit of work failed (an in-transaction handler refused an event, or the
+    /// database failed): nothing of it was written.
     #[error("{path}:{line}: {source}")]
     Commit {
         /// The input file.
         path: PathBuf,
-        /// The line of the row whose command failed to commit.
+        /// The line of the row whose command failed.
         line: u64,
-        /// The aborted commit.
+        /// What failed.
         #[source]
-        source: Box<CommitError>,
+        source: Box<OutboxError>,
     },
     /// An order could not ship with the ship date and mode of its first row.
     #[error("{path}:{line}: {source}")]
@@ -114,6 +176,16 @@ pub enum RunError {
         #[source]
         source: Box<OrderError>,
     },
+    /// Another process changed an order while this one imported a row of it.
+    #[error("{path}:{line}: order {order_id} was changed by another process meanwhile; run again")]
+    Conflict {
+        /// The input file.
+        path: PathBuf,
+        /// The line of the row.
+        line: u64,
+        /// The order.
+        order_id: String,
+    },
     /// An envelope could not be encoded for redelivery.
     #[error("cannot encode event `{event}` for redelivery: {source}")]
     Encode {
@@ -123,36 +195,39 @@ pub enum RunError {
         #[source]
         source: serde_json::Error,
     },
-    /// A redelivered envelope could not be decoded.
-    #[error("redelivery failed: {0}")]
-    Redeliver(#[from] DispatchError),
-}
-
-/// A row the `Order` aggregate refused; the run goes on without it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rejection {
-    /// The row id.
-    pub row_id: u64,
-    /// Its line in the file.
-    pub line: u64,
-    /// The domain error.
-    pub error: OrderError,
+    /// An envelope kept for redelivery could not be decoded again.
+    #[error("cannot decode an envelope for redelivery: {0}")]
+    Redeliver(#[from] DecodeError),
+    /// Delivering the events failed (the database failed; what was committed stays, and the
+    /// next run delivers it).
+    #[error("delivery failed: {0}")]
+    Deliver(#[source] OutboxError),
+    /// Reading the totals back failed.
+    #[error("cannot read the projections: {0}")]
+    Read(#[source] StoreError),
 }
 
 /// The last line of the output, `summary: {…}`: the totals a test or a script checks.
+///
+/// Every total is read from the database (the projections the handlers wrote, the outbox and
+/// delivery tables), so it is the same after a crash and a restart, and on a rerun. Only
+/// `rows_already_imported`, `redelivered`, `duplicates_skipped` and `elapsed_ms` describe
+/// this run alone.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Summary {
-    /// Data rows read.
+    /// Data rows in the input file.
     pub rows: u64,
-    /// Orders placed, as counted by the customer-stats handler.
+    /// This run: rows skipped because the database already held them.
+    pub rows_already_imported: u64,
+    /// Orders placed, as counted by `orders.customer_orders`.
     pub orders_placed: u64,
-    /// Lines added, as counted by the revenue handler.
+    /// Lines added, as counted by `orders.revenue_by_region`.
     pub lines_added: u64,
-    /// Rows the aggregate refused.
+    /// Rows the aggregate refused (recorded, so a rerun reports them too).
     pub rejected: u64,
     /// Their row ids, in file order.
     pub rejected_row_ids: Vec<u64>,
-    /// Orders shipped, as counted by the lead-time handler.
+    /// Orders shipped, as counted by `orders.shipping_lead_time`.
     pub orders_shipped: u64,
     /// Sales of all lines added, exact (a decimal string).
     pub sales_total: Decimal,
@@ -164,21 +239,26 @@ pub struct Summary {
     pub customers: u64,
     /// Shortest, mean and longest lead time in days over all shipped orders.
     pub lead_time_days: LeadTimeSummary,
-    /// Confirmations the notification handler sent.
+    /// Confirmations in the mail queue (`orders.send_confirmation`).
     pub notifications_sent: u64,
-    /// Distinct events committed and dispatched (redeliveries not counted).
+    /// Lines the ERP took (`orders.erp_export`).
+    pub erp_exported: u64,
+    /// Events committed to the outbox (each once, whatever was appended twice).
     pub events_dispatched: u64,
-    /// Envelopes dispatched a second time.
-    pub redelivered: u64,
-    /// Handler runs that succeeded.
+    /// Handler runs whose effects committed: in-transaction runs (one per committed event
+    /// per in-transaction handler) plus completed deliveries.
     pub handler_runs: u64,
-    /// Handler runs the idempotency guard skipped.
+    /// This run: envelopes appended a second time (same event id).
+    pub redelivered: u64,
+    /// This run: appended envelopes the outbox skipped because their event id was already
+    /// there (no handler ran for them, in the transaction or after).
     pub duplicates_skipped: u64,
-    /// Handler runs on a redelivered envelope that were not skipped (0 with the guard on).
-    pub redelivered_runs: u64,
-    /// Handler runs that failed or panicked.
-    pub handler_failures: u64,
-    /// Wall time of the run, reading the file included.
+    /// Deliveries in the dead letter queue (not replayed or purged).
+    pub dead_lettered: u64,
+    /// Delivery attempts beyond the first (transient failures retried), over all deliveries
+    /// on record.
+    pub retries: u64,
+    /// Wall time of this run, reading the file included.
     pub elapsed_ms: u64,
 }
 
@@ -204,7 +284,7 @@ impl Summary {
     }
 }
 
-/// One handler's runs over the whole job.
+/// One handler's work over the life of the database.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HandlerTally {
     /// The handler name (its idempotency key).
@@ -213,14 +293,34 @@ pub struct HandlerTally {
     pub event: &'static str,
     /// In transaction or after commit.
     pub mode: DeliveryMode,
+    /// Whether its deliveries keep per-aggregate order.
+    pub ordered: bool,
     /// Its priority.
     pub priority: i32,
-    /// Runs that succeeded.
+    /// Runs whose effects committed: events committed (in transaction), or deliveries
+    /// completed (after commit).
     pub ran: u64,
-    /// Runs skipped as duplicates.
-    pub duplicates: u64,
-    /// Runs that failed or panicked.
-    pub failures: u64,
+    /// Attempts beyond the first.
+    pub retries: u64,
+    /// Deliveries in the dead letter queue.
+    pub dead: u64,
+    /// Deliveries not finished.
+    pub pending: u64,
+}
+
+/// What this run did, beside the totals.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunStats {
+    /// Rows committed by this run.
+    pub rows_imported: u64,
+    /// Orders shipped by this run.
+    pub orders_shipped: u64,
+    /// Events committed by this run (appended for the first time).
+    pub events_committed: u64,
+    /// Deliveries this process completed, retried and dead-lettered.
+    pub delivery: BatchReport,
+    /// Transient failures `--flaky-rate` injected.
+    pub flaky_failures: u64,
 }
 
 /// Everything the job computed: the [`Summary`] and the detail behind the report tables.
@@ -230,8 +330,10 @@ pub struct Report {
     pub summary: Summary,
     /// The input file.
     pub input: PathBuf,
-    /// Capacity of the idempotency guard (0: off).
-    pub guard_capacity: usize,
+    /// The database, password masked.
+    pub database: String,
+    /// What this run did.
+    pub run: RunStats,
     /// Revenue per region.
     pub regions: BTreeMap<String, Revenue>,
     /// Orders, customers and sales per segment.
@@ -242,343 +344,640 @@ pub struct Report {
     pub lead_times: BTreeMap<String, LeadTimes>,
     /// Per handler, in registry order.
     pub handlers: Vec<HandlerTally>,
-    /// Events committed, by name.
-    pub events_by_name: BTreeMap<&'static str, u64>,
+    /// Events in the outbox, by name.
+    pub events_by_name: BTreeMap<String, u64>,
     /// Refused rows.
     pub rejections: Vec<Rejection>,
-    /// One line per failed handler run.
-    pub failures: Vec<String>,
-    /// The first confirmation sent, as a sample.
-    pub sample_confirmation: Option<Confirmation>,
+    /// Open dead letters by (handler, reason, first line of the error).
+    pub dead_letters: BTreeMap<(String, String), u64>,
+    /// Open dead letters of handlers other than the ERP export: events some projection
+    /// misses, so the totals are incomplete (replay them with `orders events dlq replay`).
+    pub projection_dead_letters: u64,
+    /// Confirmations that repeat an order (0 unless an effect ran twice).
+    pub repeated_notifications: u64,
+    /// The confirmation of the order shipped first, as a sample.
+    pub sample_confirmation: Option<String>,
 }
 
-/// Runs the job on `args.input`.
+/// The retry policy of every handler: enough attempts that `--flaky-rate` failures are
+/// absorbed (at rate 0.2, twelve failures in a row happen about once in 4 × 10⁸
+/// deliveries), with short waits so that a run is not slowed down by them.
+pub fn retry_policy() -> RetryPolicy {
+    RetryPolicy {
+        max_attempts: 12,
+        initial_backoff: Duration::from_millis(5),
+        max_backoff: Duration::from_millis(100),
+    }
+}
+
+/// The registry of the example's events and handlers, for `orders events …`.
 ///
 /// # Errors
-/// [`RunError`]: unreadable or malformed input (naming file, line and column), a dispatcher
-/// that fails validation, or an aborted commit. A row the aggregate refuses is not an error:
-/// it is listed in [`Report::rejections`].
+/// As [`Registry::from_inventory`]'s `build`.
+pub fn registry() -> Result<Registry, RegistryError> {
+    Registry::from_inventory()
+        .expect_handlers(HANDLER_COUNT)
+        .build()
+}
+
+/// `orders events …`: the runtime's operations tool embedded in this example, on the
+/// example's default database. Pass it to [`event_runtime::cli::run`] or
+/// [`event_runtime::cli::run_with_output`].
+pub fn cli_app(registry: &Registry) -> App<'_> {
+    App::embedded("orders events", registry).default_database(DEFAULT_DATABASE)
+}
+
+/// `url` with its password, if any, replaced by `***`.
+pub fn mask_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let Some((credentials, host)) = rest.split_once('@') else {
+        return url.to_owned();
+    };
+    match credentials.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+        None => url.to_owned(),
+    }
+}
+
+async fn open(args: &Args) -> Result<Store, RunError> {
+    let opened = match &args.schema {
+        Some(schema) => {
+            if !args.database.starts_with("postgres") {
+                return Err(RunError::Usage(format!(
+                    "--schema {schema} needs a postgres:// database, not {}",
+                    mask_password(&args.database)
+                )));
+            }
+            Store::connect_postgres_schema(&args.database, schema).await
+        }
+        None => Store::connect(&args.database).await,
+    };
+    let store = opened.map_err(|source| RunError::Open {
+        url: mask_password(&args.database),
+        source,
+    })?;
+    sql::create_tables(&store)
+        .await
+        .map_err(|source| RunError::Open {
+            url: mask_password(&args.database),
+            source,
+        })?;
+    Ok(store)
+}
+
+/// Runs the job: imports `args.input` into `args.database`, delivers every event, and reads
+/// the totals back.
+///
+/// With `args.crash_after`, the process aborts once that many deliveries have completed
+/// (`std::process::abort`: no destructor, no flush, as a crash) — do not set it in a process
+/// that should survive, such as a test.
+///
+/// # Errors
+/// [`RunError`]: unreadable or malformed input (naming file, line and column, before the
+/// database is touched), a database that cannot be opened, a command whose unit of work
+/// failed (naming the row's line), or a database failure during delivery. A row the aggregate
+/// refuses is not an error: it is recorded and listed in [`Report::rejections`].
 pub async fn run(args: &Args) -> Result<Report, RunError> {
     let started = Instant::now();
-    let rows = csv_input::read_rows(&args.input)?;
-
-    let resources = Resources::default();
-    let dispatcher = Dispatcher::builder()
-        .resource_arc(Arc::clone(&resources.directory))
-        .resource_arc(Arc::clone(&resources.revenue))
-        .resource_arc(Arc::clone(&resources.customers))
-        .resource_arc(Arc::clone(&resources.shipping))
-        .resource_arc(Arc::clone(&resources.sender))
-        .idempotency_capacity(args.idempotency_capacity)
-        .expect_handlers(HANDLER_COUNT)
-        .build()?;
-
-    let mut app = OrderService::new(&dispatcher, args);
-    for row in &rows {
-        app.handle_row(row).await?;
+    if !(0.0..=1.0).contains(&args.flaky_rate) {
+        return Err(RunError::Usage(format!(
+            "--flaky-rate must be between 0 and 1, not {}",
+            args.flaky_rate
+        )));
     }
-    app.ship_all().await?;
+    let rows = csv_input::read_rows(&args.input)?;
+    let store = open(args).await?;
+    let flaky = Arc::new(Flaky::new(args.flaky_rate, args.seed));
+    let outbox = Outbox::builder(store)
+        .resource_arc(Arc::clone(&flaky))
+        .expect_handlers(HANDLER_COUNT)
+        .config(OutboxConfig {
+            retry: retry_policy(),
+            poll_interval: Duration::from_millis(20),
+            // A batch takes well under a second; a process killed mid-batch leaves its claims
+            // to the next run after this long.
+            lease: Duration::from_secs(10),
+            ..OutboxConfig::default()
+        })
+        .build()
+        .map_err(RunError::Start)?;
+    let imported = persistence::imported_row_ids(outbox.store())
+        .await
+        .map_err(|source| RunError::Open {
+            url: mask_password(&args.database),
+            source,
+        })?;
 
-    let elapsed = started.elapsed();
-    Ok(app.into_report(&resources, rows.len() as u64, elapsed.as_millis() as u64))
+    let delivery = Delivery::start(&outbox, args.crash_after);
+    let mut import = Import::new(&outbox, args);
+    let imported_result = import.all(&rows, &imported).await;
+    let delivered = delivery.finish().await;
+    imported_result?;
+    let delivered = delivered?;
+
+    let model = read_model::read(outbox.store())
+        .await
+        .map_err(RunError::Read)?;
+    let run = RunStats {
+        rows_imported: import.rows_imported,
+        orders_shipped: import.orders_shipped,
+        events_committed: import.events,
+        delivery: delivered,
+        flaky_failures: flaky.injected(),
+    };
+    let elapsed_ms = started.elapsed().as_millis() as u64;
+    Ok(report(
+        args, &outbox, model, &rows, &imported, &import, run, elapsed_ms,
+    ))
 }
 
-/// The handlers' resources, shared with the dispatcher so the report can read them.
-#[derive(Default)]
-struct Resources {
-    directory: Arc<OrderDirectory>,
-    revenue: Arc<RegionRevenue>,
-    customers: Arc<CustomerStats>,
-    shipping: Arc<ShippingStats>,
-    sender: Arc<ConfirmationSender>,
+/// The import: rows to commands, commands to units of work, and the envelopes it appends a
+/// second time.
+struct Import<'o> {
+    outbox: &'o Outbox,
+    input: PathBuf,
+    redeliver_every: u64,
+    batch: usize,
+    /// Events recorded and committed by this run.
+    events: u64,
+    /// Envelopes to append again in the next unit of work.
+    redeliveries: Vec<RawEnvelope>,
+    redelivered: u64,
+    duplicates: u64,
+    rows_imported: u64,
+    orders_shipped: u64,
 }
 
-/// The first row of a placed order: where its shipment comes from.
-struct Placed {
-    order_id: String,
-    line: u64,
-    ship_date: NaiveDate,
+/// An order a unit of work has loaded or placed, and what to write back.
+struct Touched {
+    order: Order,
+    /// The version it was loaded at; `None` when placed in this unit of work.
+    loaded_version: Option<u64>,
+    /// The first row's line, ship date and mode (kept from the store, or from the placing
+    /// row).
+    first_line: u64,
+    ship_date: chrono::NaiveDate,
     ship_mode: String,
 }
 
-/// Counts of dispatch outcomes.
-#[derive(Default)]
+impl<'o> Import<'o> {
+    fn new(outbox: &'o Outbox, args: &Args) -> Self {
+        Import {
+            outbox,
+            input: args.input.clone(),
+            redeliver_every: args.redeliver_every,
+            batch: args.batch.max(1),
+            events: 0,
+            redeliveries: Vec::new(),
+            redelivered: 0,
+            duplicates: 0,
+            rows_imported: 0,
+            orders_shipped: 0,
+        }
+    }
+
+    async fn all(&mut self, rows: &[OrderRow], imported: &HashSet<u64>) -> Result<(), RunError> {
+        let new: Vec<&OrderRow> = rows
+            .iter()
+            .filter(|r| !imported.contains(&r.row_id))
+            .collect();
+        for chunk in new.chunks(self.batch) {
+            self.rows(chunk).await?;
+        }
+        self.ship_all().await?;
+        if !self.redeliveries.is_empty() {
+            // The last envelopes to redeliver get a unit of work of their own.
+            let line = rows.last().map_or(0, |r| r.line);
+            let uow = self.begin(line).await?;
+            self.commit(uow, Vec::new(), &HashMap::new(), line).await?;
+        }
+        Ok(())
+    }
+
+    fn failed(&self, line: u64) -> impl Fn(OutboxError) -> RunError + '_ {
+        move |e| RunError::Commit {
+            path: self.input.clone(),
+            line,
+            source: Box::new(e),
+        }
+    }
+
+    fn store_failed(&self, line: u64) -> impl Fn(StoreError) -> RunError + '_ {
+        move |e| self.failed(line)(OutboxError::Store(e))
+    }
+
+    fn conflict(&self, line: u64, order_id: &str) -> RunError {
+        RunError::Conflict {
+            path: self.input.clone(),
+            line,
+            order_id: order_id.to_owned(),
+        }
+    }
+
+    async fn begin(&self, line: u64) -> Result<OutboxUnitOfWork<'o>, RunError> {
+        self.outbox.begin().await.map_err(self.failed(line))
+    }
+
+    /// Each row is one command — place the order if it is new, then add the line — and
+    /// `rows` (`--batch`, one by default) commit in one unit of work. A row already recorded as imported
+    /// is skipped inside the transaction, so each row is imported once however often, and
+    /// however concurrently, the import runs.
+    async fn rows(&mut self, rows: &[&OrderRow]) -> Result<(), RunError> {
+        let Some(first) = rows.first() else {
+            return Ok(());
+        };
+        let mut uow = self.begin(first.line).await?;
+        let mut touched: Vec<Touched> = Vec::new();
+        let mut by_id: HashMap<String, usize> = HashMap::new();
+        let mut events = Vec::new();
+        let mut lines = HashMap::new();
+        let mut claimed = 0;
+        for row in rows {
+            let failed = self.store_failed(row.line);
+            if !persistence::claim_row(uow.tx(), row.row_id, &row.order_id, row.line)
+                .await
+                .map_err(&failed)?
+            {
+                // Another process imported it since this one started.
+                continue;
+            }
+            claimed += 1;
+            let i = match by_id.get(&row.order_id) {
+                Some(&i) => i,
+                None => {
+                    let t = match persistence::load_order(uow.tx(), &row.order_id)
+                        .await
+                        .map_err(&failed)?
+                    {
+                        Some(stored) => Touched {
+                            loaded_version: Some(stored.state.version),
+                            order: Order::load(stored.state),
+                            first_line: stored.first_line,
+                            ship_date: stored.ship_date,
+                            ship_mode: stored.ship_mode,
+                        },
+                        None => Touched {
+                            order: Order::place(PlaceOrder {
+                                order_id: row.order_id.clone(),
+                                customer_id: row.customer_id.clone(),
+                                segment: row.segment.clone(),
+                                region: row.region.clone(),
+                                country: row.country.clone(),
+                                order_date: row.order_date,
+                            }),
+                            loaded_version: None,
+                            first_line: row.line,
+                            ship_date: row.ship_date,
+                            ship_mode: row.ship_mode.clone(),
+                        },
+                    };
+                    touched.push(t);
+                    by_id.insert(row.order_id.clone(), touched.len() - 1);
+                    touched.len() - 1
+                }
+            };
+            let order = &mut touched[i].order;
+            let added = order.add_line(AddLine {
+                customer_id: row.customer_id.clone(),
+                row_id: row.row_id,
+                product_id: row.product_id.clone(),
+                product_name: row.product_name.clone(),
+                category: row.category.clone(),
+                quantity: row.quantity,
+                sales: row.sales,
+                discount: row.discount,
+                profit: row.profit,
+            });
+            // A refused line records nothing; a new order's placement still commits.
+            for envelope in order.take_events() {
+                lines.insert(envelope.metadata().id, row.line);
+                events.push(envelope);
+            }
+            if let Err(refused) = added {
+                // Recorded, so that a rerun reports the row again.
+                persistence::reject_row(uow.tx(), row.row_id, &refused.to_string())
+                    .await
+                    .map_err(&failed)?;
+            }
+        }
+        for t in &touched {
+            let failed = self.store_failed(t.first_line);
+            match t.loaded_version {
+                None => persistence::insert_order(
+                    uow.tx(),
+                    &StoredOrder {
+                        state: t.order.state(),
+                        first_line: t.first_line,
+                        ship_date: t.ship_date,
+                        ship_mode: t.ship_mode.clone(),
+                    },
+                )
+                .await
+                .map_err(&failed)?,
+                Some(v) if v != t.order.version() => {
+                    if !persistence::update_order(uow.tx(), &t.order.state(), v)
+                        .await
+                        .map_err(&failed)?
+                    {
+                        return Err(self.conflict(t.first_line, t.order.id()));
+                    }
+                }
+                Some(_) => {}
+            }
+        }
+        self.commit(uow, events, &lines, first.line).await?;
+        self.rows_imported += claimed;
+        Ok(())
+    }
+
+    /// After the last row: every placed order not shipped yet ships, as its first row says,
+    /// in the order of the orders' first rows: one command per order, `--batch` of them per
+    /// unit of work.
+    async fn ship_all(&mut self) -> Result<(), RunError> {
+        let unshipped = persistence::unshipped_orders(self.outbox.store())
+            .await
+            .map_err(self.store_failed(0))?;
+        for chunk in unshipped.chunks(self.batch) {
+            let Some(first) = chunk.first() else {
+                continue;
+            };
+            let mut uow = self.begin(first.first_line).await?;
+            let mut events = Vec::new();
+            let mut lines = HashMap::new();
+            let mut shipped = 0;
+            for stored in chunk {
+                let line = stored.first_line;
+                // Loaded again inside the unit of work: the list may be stale.
+                let current = persistence::load_order(uow.tx(), &stored.state.id)
+                    .await
+                    .map_err(self.store_failed(line))?;
+                let Some(current) = current.filter(|c| !c.state.shipped) else {
+                    continue;
+                };
+                let loaded_version = current.state.version;
+                let mut order = Order::load(current.state);
+                order
+                    .ship(current.ship_date, &current.ship_mode)
+                    .map_err(|source| RunError::Ship {
+                        path: self.input.clone(),
+                        line,
+                        source: Box::new(source),
+                    })?;
+                if !persistence::update_order(uow.tx(), &order.state(), loaded_version)
+                    .await
+                    .map_err(self.store_failed(line))?
+                {
+                    return Err(self.conflict(line, order.id()));
+                }
+                for envelope in order.take_events() {
+                    lines.insert(envelope.metadata().id, line);
+                    events.push(envelope);
+                }
+                shipped += 1;
+            }
+            self.commit(uow, events, &lines, first.first_line).await?;
+            self.orders_shipped += shipped;
+        }
+        Ok(())
+    }
+
+    /// Adds `events`, and the envelopes kept for redelivery, to `uow` and commits it; keeps
+    /// every Nth of `events` to append again in the next unit of work. A failed commit is
+    /// reported at the line of the row whose event failed (`lines`), else at `line`.
+    async fn commit(
+        &mut self,
+        mut uow: OutboxUnitOfWork<'_>,
+        events: Vec<Box<dyn AnyEnvelope>>,
+        lines: &HashMap<uuid::Uuid, u64>,
+        line: u64,
+    ) -> Result<(), RunError> {
+        let mut keep = Vec::new();
+        for envelope in &events {
+            self.events += 1;
+            if self.redeliver_every > 0 && self.events % self.redeliver_every == 0 {
+                // What a retried command or a broker that lost an acknowledgement hands
+                // back: the same envelope, with the same event id.
+                keep.push(envelope.to_raw().map_err(|source| RunError::Encode {
+                    event: envelope.name(),
+                    source,
+                })?);
+            }
+        }
+        uow.extend(events);
+        let again = std::mem::replace(&mut self.redeliveries, keep);
+        for raw in &again {
+            uow.extend([self.outbox.dispatcher().registry().decode(raw)?]);
+        }
+        let committed = match uow.commit().await {
+            Ok(c) => c,
+            Err(e) => {
+                let at = match &e {
+                    OutboxError::Aborted(c) => lines.get(&c.event_id).copied().unwrap_or(line),
+                    _ => line,
+                };
+                return Err(self.failed(at)(e));
+            }
+        };
+        self.redelivered += again.len() as u64;
+        self.duplicates += committed.duplicates as u64;
+        Ok(())
+    }
+}
+
+/// The delivery loop beside the import: claims and runs batches; once told that the import
+/// is over, it stops at its first batch that finds nothing due. Completed deliveries are
+/// counted for `--crash-after`.
+///
+/// One loop: SQLite has one writer anyway, and on PostgreSQL parallel delivery transactions
+/// that update the same projection rows (a region, a ship mode) in different orders deadlock.
 struct Delivery {
-    events: u64,
-    redelivered: u64,
-    ran: u64,
-    duplicates: u64,
-    redelivered_runs: u64,
-    failures: Vec<String>,
-    by_handler: HashMap<&'static str, (u64, u64, u64)>,
-    by_event: BTreeMap<&'static str, u64>,
+    outbox: Outbox,
+    crash_after: Option<u64>,
+    completed: Arc<AtomicU64>,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<Result<BatchReport, OutboxError>>,
 }
 
 impl Delivery {
-    fn record(&mut self, report: &DispatchReport, redelivery: bool) {
-        for o in report.outcomes() {
-            let tally = self.by_handler.entry(o.handler).or_default();
-            match &o.outcome {
-                Outcome::Ran => {
-                    self.ran += 1;
-                    tally.0 += 1;
-                    if redelivery {
-                        self.redelivered_runs += 1;
+    fn start(outbox: &Outbox, crash_after: Option<u64>) -> Self {
+        let (stop, mut stopped) = watch::channel(false);
+        let completed = Arc::new(AtomicU64::new(0));
+        let task = {
+            let outbox = outbox.clone();
+            let completed = Arc::clone(&completed);
+            tokio::spawn(async move {
+                let idle = outbox.config().poll_interval;
+                let mut total = BatchReport::default();
+                loop {
+                    let r = outbox.deliver_batch().await?;
+                    total += r;
+                    count(&completed, r.completed, crash_after);
+                    if r.claimed > 0 {
+                        continue;
+                    }
+                    if *stopped.borrow() {
+                        return Ok(total);
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep(idle) => {}
+                        _ = stopped.changed() => {}
                     }
                 }
-                Outcome::Duplicate => {
-                    self.duplicates += 1;
-                    tally.1 += 1;
-                }
-                other => {
-                    tally.2 += 1;
-                    self.failures.push(format!(
-                        "{} on {} {}: {other}",
-                        o.handler,
-                        report.event_name(),
-                        report.event_id()
-                    ));
-                }
-            }
-        }
-    }
-}
-
-/// The application service: turns rows into commands, commits what the aggregate records,
-/// and plays the broker that redelivers.
-struct OrderService<'d> {
-    dispatcher: &'d Dispatcher,
-    input: PathBuf,
-    redeliver_every: u64,
-    top: usize,
-    orders: HashMap<String, Order>,
-    placed: Vec<Placed>,
-    rejections: Vec<Rejection>,
-    delivery: Delivery,
-}
-
-impl<'d> OrderService<'d> {
-    fn new(dispatcher: &'d Dispatcher, args: &Args) -> Self {
-        OrderService {
-            dispatcher,
-            input: args.input.clone(),
-            redeliver_every: args.redeliver_every,
-            top: args.top,
-            orders: HashMap::new(),
-            placed: Vec::new(),
-            rejections: Vec::new(),
-            delivery: Delivery::default(),
-        }
-    }
-
-    /// One row is one command: place the order if it is new, then add the line.
-    async fn handle_row(&mut self, row: &OrderRow) -> Result<(), RunError> {
-        let order = match self.orders.entry(row.order_id.clone()) {
-            Entry::Occupied(o) => o.into_mut(),
-            Entry::Vacant(v) => {
-                self.placed.push(Placed {
-                    order_id: row.order_id.clone(),
-                    line: row.line,
-                    ship_date: row.ship_date,
-                    ship_mode: row.ship_mode.clone(),
-                });
-                v.insert(Order::place(PlaceOrder {
-                    order_id: row.order_id.clone(),
-                    customer_id: row.customer_id.clone(),
-                    segment: row.segment.clone(),
-                    region: row.region.clone(),
-                    country: row.country.clone(),
-                    order_date: row.order_date,
-                }))
-            }
-        };
-        let added = order.add_line(AddLine {
-            customer_id: row.customer_id.clone(),
-            row_id: row.row_id,
-            product_id: row.product_id.clone(),
-            product_name: row.product_name.clone(),
-            category: row.category.clone(),
-            quantity: row.quantity,
-            sales: row.sales,
-            discount: row.discount,
-            profit: row.profit,
-        });
-        if let Err(error) = added {
-            self.rejections.push(Rejection {
-                row_id: row.row_id,
-                line: row.line,
-                error,
-            });
-        }
-        // A refused line records nothing; a new order's placement still commits.
-        let events = order.take_events();
-        self.commit(events)
-            .await
-            .map_err(|e| e.at(&self.input, row.line))
-    }
-
-    /// After the last row: every placed order ships once, as its first row says.
-    async fn ship_all(&mut self) -> Result<(), RunError> {
-        let placed = std::mem::take(&mut self.placed);
-        for p in &placed {
-            let Some(order) = self.orders.get_mut(&p.order_id) else {
-                continue;
-            };
-            order
-                .ship(p.ship_date, &p.ship_mode)
-                .map_err(|source| RunError::Ship {
-                    path: self.input.clone(),
-                    line: p.line,
-                    source: Box::new(source),
-                })?;
-            let events = order.take_events();
-            self.commit(events)
-                .await
-                .map_err(|e| e.at(&self.input, p.line))?;
-        }
-        self.placed = placed;
-        Ok(())
-    }
-
-    async fn commit(&mut self, events: Vec<Box<dyn AnyEnvelope>>) -> Result<(), Uncommitted> {
-        if events.is_empty() {
-            return Ok(());
-        }
-        let mut redeliver = Vec::new();
-        for envelope in &events {
-            self.delivery.events += 1;
-            *self.delivery.by_event.entry(envelope.name()).or_default() += 1;
-            if self.redeliver_every > 0 && self.delivery.events % self.redeliver_every == 0 {
-                // What a broker hands back after a lost acknowledgement: the same CloudEvents
-                // JSON, with the same event id.
-                let raw = envelope.to_raw().map_err(|source| Uncommitted::Encode {
-                    event: envelope.name(),
-                    source,
-                })?;
-                redeliver.push(raw.to_json());
-            }
-        }
-        let mut uow = self.dispatcher.unit_of_work();
-        uow.extend(events);
-        for report in uow.commit().await.map_err(Uncommitted::Commit)? {
-            self.delivery.record(&report, false);
-        }
-        for json in redeliver {
-            let report = self
-                .dispatcher
-                .dispatch_json(&json)
-                .await
-                .map_err(Uncommitted::Redeliver)?;
-            self.delivery.redelivered += 1;
-            self.delivery.record(&report, true);
-        }
-        Ok(())
-    }
-
-    fn into_report(self, res: &Resources, rows: u64, elapsed_ms: u64) -> Report {
-        let d = self.dispatcher;
-        let regions = res.revenue.snapshot();
-        let customers = res.customers.customers();
-        let segments = res.customers.segments();
-        let lead_times = res.shipping.by_mode();
-        let sender = &res.sender;
-
-        let mut all_lead_times = LeadTimes::default();
-        for lt in lead_times.values() {
-            all_lead_times.merge(lt);
-        }
-        let mut top_customers: Vec<(String, Customer)> = customers
-            .iter()
-            .map(|(id, c)| (id.clone(), c.clone()))
-            .collect();
-        top_customers.sort_by(|a, b| b.1.sales.cmp(&a.1.sales).then_with(|| a.0.cmp(&b.0)));
-        top_customers.truncate(self.top);
-
-        let handlers = d
-            .registry()
-            .handlers()
-            .iter()
-            .map(|h| {
-                let (ran, duplicates, failures) = self
-                    .delivery
-                    .by_handler
-                    .get(h.name)
-                    .copied()
-                    .unwrap_or_default();
-                HandlerTally {
-                    name: h.name,
-                    event: (h.event)().name,
-                    mode: h.mode,
-                    priority: h.priority,
-                    ran,
-                    duplicates,
-                    failures,
-                }
             })
-            .collect();
-
-        let summary = Summary {
-            rows,
-            orders_placed: customers.values().map(|c| c.orders).sum(),
-            lines_added: regions.values().map(|r| r.lines).sum(),
-            rejected: self.rejections.len() as u64,
-            rejected_row_ids: self.rejections.iter().map(|r| r.row_id).collect(),
-            orders_shipped: all_lead_times.orders,
-            sales_total: regions.values().map(|r| r.sales).sum(),
-            profit_total: regions.values().map(|r| r.profit).sum(),
-            revenue_by_region: regions.iter().map(|(k, r)| (k.clone(), r.sales)).collect(),
-            customers: customers.values().filter(|c| c.orders > 0).count() as u64,
-            lead_time_days: LeadTimeSummary {
-                min: all_lead_times.min_days,
-                mean: all_lead_times.mean_days(),
-                max: all_lead_times.max_days,
-            },
-            notifications_sent: sender.sent(),
-            events_dispatched: self.delivery.events,
-            redelivered: self.delivery.redelivered,
-            handler_runs: self.delivery.ran,
-            duplicates_skipped: self.delivery.duplicates,
-            redelivered_runs: self.delivery.redelivered_runs,
-            handler_failures: self.delivery.failures.len() as u64,
-            elapsed_ms,
         };
-        Report {
-            summary,
-            input: self.input,
-            guard_capacity: d.guard_capacity(),
-            regions,
-            segments,
-            top_customers,
-            lead_times,
-            handlers,
-            events_by_name: self.delivery.by_event,
-            rejections: self.rejections,
-            failures: self.delivery.failures,
-            sample_confirmation: sender.first(),
+        Delivery {
+            outbox: outbox.clone(),
+            crash_after,
+            completed,
+            stop,
+            task,
         }
+    }
+
+    /// Lets the loop run out of due deliveries, then waits in this task until nothing is left
+    /// but dead letters (and what waits behind them), retries included ([`Outbox::drain`]).
+    async fn finish(self) -> Result<BatchReport, RunError> {
+        let _ = self.stop.send(true);
+        let mut total = match self.task.await {
+            Ok(r) => r.map_err(RunError::Deliver)?,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(e) => {
+                return Err(RunError::Deliver(OutboxError::Config(format!(
+                    "the delivery task ended early: {e}"
+                ))))
+            }
+        };
+        let r = self
+            .outbox
+            .drain(Duration::from_secs(300))
+            .await
+            .map_err(RunError::Deliver)?;
+        total += r;
+        count(&self.completed, r.completed, self.crash_after);
+        Ok(total)
     }
 }
 
-/// A commit that did not go through, before the row's location is known.
-enum Uncommitted {
-    Commit(CommitError),
-    Encode {
-        event: &'static str,
-        source: serde_json::Error,
-    },
-    Redeliver(DispatchError),
+/// Adds `n` completed deliveries; aborts the process once `crash_after` is reached.
+fn count(completed: &AtomicU64, n: usize, crash_after: Option<u64>) {
+    let now = completed.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
+    if crash_after.is_some_and(|limit| now >= limit) {
+        eprintln!("--crash-after: {now} deliveries completed; aborting");
+        std::process::abort();
+    }
 }
 
-impl Uncommitted {
-    fn at(self, path: &Path, line: u64) -> RunError {
-        match self {
-            Uncommitted::Commit(source) => RunError::Commit {
-                path: path.to_path_buf(),
-                line,
-                source: Box::new(source),
-            },
-            Uncommitted::Encode { event, source } => RunError::Encode { event, source },
-            Uncommitted::Redeliver(e) => RunError::Redeliver(e),
-        }
+#[allow(clippy::too_many_arguments)]
+fn report(
+    args: &Args,
+    outbox: &Outbox,
+    m: ReadModel,
+    rows: &[OrderRow],
+    imported: &HashSet<u64>,
+    import: &Import<'_>,
+    run: RunStats,
+    elapsed_ms: u64,
+) -> Report {
+    let registry = outbox.dispatcher().registry();
+    let handlers: Vec<HandlerTally> = registry
+        .handlers()
+        .iter()
+        .map(|h| {
+            let event = (h.event)().name;
+            let d = m.deliveries.get(h.name).copied().unwrap_or_default();
+            let ran = match h.mode {
+                DeliveryMode::InTransaction => m.events_by_name.get(event).copied().unwrap_or(0),
+                _ => d.completed,
+            };
+            HandlerTally {
+                name: h.name,
+                event,
+                mode: h.mode,
+                ordered: h.ordered,
+                priority: h.priority,
+                ran,
+                retries: d.retries,
+                dead: d.dead,
+                pending: d.pending,
+            }
+        })
+        .collect();
+
+    let mut all_lead_times = LeadTimes::default();
+    for lt in m.lead_times.values() {
+        all_lead_times.merge(lt);
+    }
+    let mut top_customers: Vec<(String, Customer)> = m
+        .customers
+        .iter()
+        .map(|(id, c)| (id.clone(), c.clone()))
+        .collect();
+    top_customers.sort_by(|a, b| b.1.sales.cmp(&a.1.sales).then_with(|| a.0.cmp(&b.0)));
+    top_customers.truncate(args.top);
+
+    let mut dead_letters: BTreeMap<(String, String), u64> = BTreeMap::new();
+    for d in &m.dead_letters {
+        *dead_letters
+            .entry((d.handler.clone(), d.reason.clone()))
+            .or_default() += 1;
+    }
+    let projection_dead_letters = m
+        .dead_letters
+        .iter()
+        .filter(|d| d.handler != ERP_EXPORT)
+        .count() as u64;
+
+    let summary = Summary {
+        rows: rows.len() as u64,
+        rows_already_imported: rows.iter().filter(|r| imported.contains(&r.row_id)).count() as u64,
+        orders_placed: m.customers.values().map(|c| c.orders).sum(),
+        lines_added: m.regions.values().map(|r| r.lines).sum(),
+        rejected: m.rejections.len() as u64,
+        rejected_row_ids: m.rejections.iter().map(|r| r.row_id).collect(),
+        orders_shipped: all_lead_times.orders,
+        sales_total: m.regions.values().map(|r| r.sales).sum(),
+        profit_total: m.regions.values().map(|r| r.profit).sum(),
+        revenue_by_region: m
+            .regions
+            .iter()
+            .map(|(k, r)| (k.clone(), r.sales))
+            .collect(),
+        customers: m.customers.values().filter(|c| c.orders > 0).count() as u64,
+        lead_time_days: LeadTimeSummary {
+            min: all_lead_times.min_days,
+            mean: all_lead_times.mean_days(),
+            max: all_lead_times.max_days,
+        },
+        notifications_sent: m.notifications,
+        erp_exported: m.erp_exported,
+        events_dispatched: m.events_by_name.values().sum(),
+        handler_runs: handlers.iter().map(|h| h.ran).sum(),
+        redelivered: import.redelivered,
+        duplicates_skipped: import.duplicates,
+        dead_lettered: m.dead_letters.len() as u64,
+        retries: m.deliveries.values().map(|d| d.retries).sum(),
+        elapsed_ms,
+    };
+    Report {
+        summary,
+        input: args.input.clone(),
+        database: match &args.schema {
+            Some(schema) => format!("{} (schema {schema})", mask_password(&args.database)),
+            None => mask_password(&args.database),
+        },
+        run,
+        regions: m.regions,
+        segments: m.segments,
+        top_customers,
+        lead_times: m.lead_times,
+        handlers,
+        events_by_name: m.events_by_name,
+        rejections: m.rejections,
+        dead_letters,
+        projection_dead_letters,
+        repeated_notifications: m.notifications - m.notified_orders,
+        sample_confirmation: m.first_confirmation,
     }
 }

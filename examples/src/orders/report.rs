@@ -1,5 +1,5 @@
 //! Renders a [`Report`] as text tables for a person to read. Formatting only: the numbers
-//! come from the handlers' read models, and the exact totals from the summary line.
+//! come from the projections the handlers wrote, and the exact totals from the summary line.
 
 use std::fmt::Write as _;
 
@@ -8,6 +8,7 @@ use comfy_table::{Cell, CellAlignment, ContentArrangement, Table};
 use event_core::DeliveryMode;
 use rust_decimal::{Decimal, RoundingStrategy};
 
+use super::read_model::LeadTimes;
 use super::Report;
 
 /// The report tables, each under a title, separated by blank lines. Does not include the
@@ -15,10 +16,42 @@ use super::Report;
 pub fn render(report: &Report) -> String {
     let mut out = String::new();
     let s = &report.summary;
+    let r = &report.run;
+    if s.rows_already_imported > 0 {
+        let fresh = match report.database.strip_prefix("sqlite://") {
+            Some(path) if !path.contains(":memory:") => format!(
+                "pass --database sqlite://other.db, or delete {path} (with its -wal and -shm files)"
+            ),
+            _ => "pass another --database (or --schema)".to_owned(),
+        };
+        let _ = writeln!(
+            out,
+            "Note: the database {} already held {} of the {} rows (imported by an earlier \
+             run), so they were skipped{}; the totals below are the database's. To start \
+             fresh, {fresh}.\n",
+            report.database,
+            count(s.rows_already_imported),
+            count(s.rows),
+            if s.rows_already_imported == s.rows {
+                " and nothing was imported again"
+            } else {
+                " and the rest imported now"
+            },
+        );
+    }
     section(&mut out, "Input", {
         let mut t = table(&["", ""], &[1]);
         t.add_row(vec!["file".to_owned(), report.input.display().to_string()]);
+        t.add_row(vec!["database".to_owned(), report.database.clone()]);
         t.add_row(vec!["rows".to_owned(), count(s.rows)]);
+        t.add_row(vec![
+            "rows imported by this run".to_owned(),
+            count(r.rows_imported),
+        ]);
+        t.add_row(vec![
+            "rows already in the database".to_owned(),
+            count(s.rows_already_imported),
+        ]);
         t.add_row(vec!["orders placed".to_owned(), count(s.orders_placed)]);
         t.add_row(vec!["lines added".to_owned(), count(s.lines_added)]);
         t.add_row(vec!["rows rejected".to_owned(), count(s.rejected)]);
@@ -123,7 +156,7 @@ pub fn render(report: &Report) -> String {
             let header_refs: Vec<&str> = headers.iter().map(String::as_str).collect();
             let right: Vec<usize> = (1..headers.len()).collect();
             let mut t = table(&header_refs, &right);
-            let mut all = super::handlers::LeadTimes::default();
+            let mut all = LeadTimes::default();
             let mut rows: Vec<_> = report.lead_times.iter().collect();
             rows.sort_by_key(|(_, l)| (l.mean_days(), l.orders));
             for (mode, l) in rows {
@@ -135,77 +168,126 @@ pub fn render(report: &Report) -> String {
         },
     );
 
-    section(&mut out, "Handlers (priority order)", {
-        let mut t = table(
-            &[
-                "Handler",
-                "Event",
-                "Mode",
-                "Priority",
-                "Ran",
-                "Duplicates skipped",
-                "Failed",
-            ],
-            &[3, 4, 5, 6],
-        );
-        for h in &report.handlers {
-            t.add_row(vec![
-                h.name.to_owned(),
-                h.event.to_owned(),
-                match h.mode {
-                    DeliveryMode::InTransaction => "in transaction".to_owned(),
-                    _ => "after commit".to_owned(),
-                },
-                h.priority.to_string(),
-                count(h.ran),
-                count(h.duplicates),
-                count(h.failures),
-            ]);
-        }
-        t
-    });
+    section(
+        &mut out,
+        "Handlers (priority order; runs whose effects committed)",
+        {
+            let mut t = table(
+                &[
+                    "Handler",
+                    "Event",
+                    "Mode",
+                    "Priority",
+                    "Ran",
+                    "Retries",
+                    "Dead letters",
+                    "Pending",
+                ],
+                &[3, 4, 5, 6, 7],
+            );
+            for h in &report.handlers {
+                let in_tx = h.mode == DeliveryMode::InTransaction;
+                t.add_row(vec![
+                    h.name.to_owned(),
+                    h.event.to_owned(),
+                    match (in_tx, h.ordered) {
+                        (true, _) => "in transaction",
+                        (false, true) => "after commit",
+                        (false, false) => "after commit, unordered",
+                    }
+                    .to_owned(),
+                    h.priority.to_string(),
+                    count(h.ran),
+                    dash(in_tx, h.retries),
+                    dash(in_tx, h.dead),
+                    dash(in_tx, h.pending),
+                ]);
+            }
+            t
+        },
+    );
 
-    section(&mut out, "Delivery (at-least-once simulation)", {
-        let mut t = table(&["", ""], &[1]);
-        for (name, n) in &report.events_by_name {
-            t.add_row(vec![format!("{name} events"), count(*n)]);
-        }
-        t.add_row(vec![
-            "events dispatched".to_owned(),
-            count(s.events_dispatched),
-        ]);
-        t.add_row(vec!["redelivered".to_owned(), count(s.redelivered)]);
-        t.add_row(vec!["handler runs".to_owned(), count(s.handler_runs)]);
-        t.add_row(vec![
-            "duplicates skipped by the guard".to_owned(),
-            count(s.duplicates_skipped),
-        ]);
-        t.add_row(vec![
-            "handler runs on redelivery".to_owned(),
-            count(s.redelivered_runs),
-        ]);
-        t.add_row(vec![
-            "handler failures".to_owned(),
-            count(s.handler_failures),
-        ]);
-        t.add_row(vec![
-            "idempotency guard".to_owned(),
-            if report.guard_capacity == 0 {
-                "off".to_owned()
-            } else {
-                format!("{} entries", count(report.guard_capacity as u64))
-            },
-        ]);
-        t.add_row(vec![
-            "confirmations sent".to_owned(),
-            count(s.notifications_sent),
-        ]);
-        t.add_row(vec!["elapsed".to_owned(), format!("{} ms", s.elapsed_ms)]);
-        t
-    });
+    section(
+        &mut out,
+        "Delivery (transactional outbox, at least once)",
+        {
+            let mut t = table(&["", ""], &[1]);
+            for (name, n) in &report.events_by_name {
+                t.add_row(vec![format!("{name} events"), count(*n)]);
+            }
+            t.add_row(vec![
+                "events dispatched (in the outbox, each once)".to_owned(),
+                count(s.events_dispatched),
+            ]);
+            t.add_row(vec![
+                "handler runs (in-transaction runs + deliveries completed)".to_owned(),
+                count(s.handler_runs),
+            ]);
+            t.add_row(vec![
+                "retries (attempts beyond the first)".to_owned(),
+                count(s.retries),
+            ]);
+            t.add_row(vec![
+                "dead letters (open)".to_owned(),
+                count(s.dead_lettered),
+            ]);
+            t.add_row(vec![
+                "confirmations sent".to_owned(),
+                count(s.notifications_sent),
+            ]);
+            t.add_row(vec![
+                "lines exported to the ERP".to_owned(),
+                count(s.erp_exported),
+            ]);
+            t.add_row(vec![
+                "this run: events committed".to_owned(),
+                count(r.events_committed),
+            ]);
+            t.add_row(vec![
+                "this run: envelopes appended again (same event id)".to_owned(),
+                count(s.redelivered),
+            ]);
+            t.add_row(vec![
+                "this run: duplicates skipped by the outbox".to_owned(),
+                count(s.duplicates_skipped),
+            ]);
+            t.add_row(vec![
+                "this run: deliveries completed".to_owned(),
+                count(r.delivery.completed as u64),
+            ]);
+            t.add_row(vec![
+                "this run: deliveries failed and scheduled again".to_owned(),
+                count(r.delivery.retried as u64),
+            ]);
+            t.add_row(vec![
+                "this run: deliveries dead-lettered".to_owned(),
+                count(r.delivery.dead_lettered as u64),
+            ]);
+            t.add_row(vec![
+                "this run: transient failures injected (--flaky-rate)".to_owned(),
+                count(r.flaky_failures),
+            ]);
+            t.add_row(vec!["elapsed".to_owned(), format!("{} ms", s.elapsed_ms)]);
+            t
+        },
+    );
 
     if let Some(c) = &report.sample_confirmation {
-        let _ = writeln!(out, "First confirmation sent:\n  {}\n", c.body);
+        let _ = writeln!(out, "First confirmation sent:\n  {c}\n");
+    }
+
+    if !report.dead_letters.is_empty() {
+        section(
+            &mut out,
+            "Dead letters (see `orders events dlq list`; replay with `orders events dlq replay`)",
+            {
+                let mut t = table(&["Handler", "Reason", "Deliveries"], &[2]);
+                for ((handler, reason), n) in &report.dead_letters {
+                    t.add_row(vec![handler.clone(), reason.clone(), count(*n)]);
+                }
+                t
+            },
+        );
     }
 
     if !report.rejections.is_empty() {
@@ -215,18 +297,8 @@ pub fn render(report: &Report) -> String {
                 t.add_row(vec![
                     r.row_id.to_string(),
                     r.line.to_string(),
-                    r.error.to_string(),
+                    r.reason.clone(),
                 ]);
-            }
-            t
-        });
-    }
-
-    if !report.failures.is_empty() {
-        section(&mut out, "Failed handler runs", {
-            let mut t = table(&["Failure"], &[]);
-            for f in &report.failures {
-                t.add_row(vec![f.clone()]);
             }
             t
         });
@@ -234,7 +306,16 @@ pub fn render(report: &Report) -> String {
     out
 }
 
-fn lead_time_row(mode: &str, l: &super::handlers::LeadTimes, max_day: i64) -> Vec<String> {
+/// `-` where a column does not apply (in-transaction handlers have no deliveries).
+fn dash(not_applicable: bool, n: u64) -> String {
+    if not_applicable {
+        "-".to_owned()
+    } else {
+        count(n)
+    }
+}
+
+fn lead_time_row(mode: &str, l: &LeadTimes, max_day: i64) -> Vec<String> {
     let mut row = vec![
         mode.to_owned(),
         count(l.orders),
