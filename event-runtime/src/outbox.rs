@@ -349,6 +349,9 @@ pub struct BatchReport {
     pub dead_lettered: usize,
     /// Lost to another worker because the lease expired (rolled back, will run again).
     pub lease_lost: usize,
+    /// Given back because a handler met a deadlock or serialization failure (the batch was
+    /// rolled back; they are due again at once and the attempt does not count).
+    pub conflicts: usize,
 }
 
 impl std::ops::AddAssign for BatchReport {
@@ -358,6 +361,7 @@ impl std::ops::AddAssign for BatchReport {
         self.retried += o.retried;
         self.dead_lettered += o.dead_lettered;
         self.lease_lost += o.lease_lost;
+        self.conflicts += o.conflicts;
     }
 }
 
@@ -483,6 +487,20 @@ impl Outbox {
                 Step::Retry => report.retried += 1,
                 Step::Dead => report.dead_lettered += 1,
                 Step::LeaseLost => report.lease_lost += 1,
+                Step::Conflict => {
+                    // A deadlock or serialization failure between this batch and another
+                    // transaction: the batch's locks are part of the cycle, so retrying the
+                    // one delivery inside it would meet the same cycle. Undo the whole batch
+                    // and give the deliveries back, due at once and without using an attempt.
+                    tx.rollback().await?;
+                    inner.store.release(token).await?;
+                    tracing::warn!("delivery batch rolled back after a database conflict");
+                    return Ok(BatchReport {
+                        claimed: report.claimed,
+                        conflicts: report.claimed,
+                        ..BatchReport::default()
+                    });
+                }
             }
             tx = self
                 .inject(FaultPoint::DuringHandler, Some(tx))
@@ -565,6 +583,13 @@ impl Outbox {
                     tx.execute("RELEASE SAVEPOINT event_delivery", &[]).await?;
                 }
                 return Ok(Step::Completed(elapsed));
+            }
+            Outcome::Failed(e) if is_conflict(&e) => {
+                if uses_tx {
+                    tx.execute("ROLLBACK TO SAVEPOINT event_delivery", &[])
+                        .await?;
+                }
+                return Ok(Step::Conflict);
             }
             Outcome::Failed(e) => (e.is_permanent(), e.chain()),
             Outcome::Panicked(m) => (false, vec![format!("handler panicked: {m}")]),
@@ -661,9 +686,15 @@ impl Outbox {
     pub async fn drain(&self, timeout: Duration) -> Result<BatchReport, OutboxError> {
         let deadline = Instant::now() + timeout;
         let mut total = BatchReport::default();
+        let mut analyzed = Instant::now();
+        self.inner.store.refresh_statistics().await?;
         loop {
             let r = self.deliver_batch().await?;
             total += r;
+            if analyzed.elapsed() >= Duration::from_secs(10) {
+                analyzed = Instant::now();
+                self.inner.store.refresh_statistics().await?;
+            }
             if r.claimed > 0 {
                 continue;
             }
@@ -741,6 +772,9 @@ impl Outbox {
                 if let Ok(stats) = self.inner.store.stats().await {
                     record_backlog(&stats);
                 }
+                if let Err(e) = self.inner.store.refresh_statistics().await {
+                    tracing::warn!(error = %e, "refreshing outbox statistics failed");
+                }
             }
             if idle {
                 tokio::select! {
@@ -780,7 +814,34 @@ struct Undeliverable {
     chain: Vec<String>,
 }
 
+/// A deadlock (`40P01`) or serialization failure (`40001`) somewhere in the handler error's
+/// chain: the database asks for the whole transaction to be retried.
+fn is_conflict(error: &event_core::HandlerError) -> bool {
+    fn conflict(db: &dyn sqlx::error::DatabaseError) -> bool {
+        matches!(db.code().as_deref(), Some("40P01" | "40001"))
+    }
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(error.source_error());
+    while let Some(e) = next {
+        match (
+            e.downcast_ref::<StoreError>(),
+            e.downcast_ref::<sqlx::Error>(),
+        ) {
+            (Some(StoreError::Database(sqlx::Error::Database(db))), _)
+            | (_, Some(sqlx::Error::Database(db)))
+                if conflict(db.as_ref()) =>
+            {
+                return true
+            }
+            _ => {}
+        }
+        next = e.source();
+    }
+    false
+}
+
 enum Step {
+    /// Roll the batch back: a deadlock or serialization failure.
+    Conflict,
     Completed(Duration),
     Retry,
     Dead,

@@ -733,6 +733,16 @@ impl Store {
         Ok(n as u64)
     }
 
+    /// Refreshes the planner statistics of the deliveries table (PostgreSQL `ANALYZE`; a
+    /// no-op on SQLite), so that claims keep using the due index after a burst of commits.
+    pub(crate) async fn refresh_statistics(&self) -> Result<(), StoreError> {
+        #[cfg(feature = "postgres")]
+        if let Backend::Postgres(p) = &self.backend {
+            sqlx::query("ANALYZE event_deliveries").execute(p).await?;
+        }
+        Ok(())
+    }
+
     /// Backlog and dead letter counts.
     ///
     /// # Errors

@@ -227,3 +227,99 @@ async fn a_worker_whose_lease_expired_cannot_record_a_second_effect() {
         "the slow worker's effect was rolled back"
     );
 }
+
+#[derive(Debug, Clone, Serialize, Deserialize, DomainEvent)]
+#[event(name = "ledger.transferred", version = 1)]
+struct Transferred {
+    #[event(aggregate_id)]
+    transfer: String,
+    from: String,
+    to: String,
+}
+
+/// Locks `from`, waits, then locks `to`: two transfers in opposite directions deadlock.
+#[event_handler(name = "post_transfer")]
+async fn post_transfer(e: &Transferred, tx: &mut Tx) -> Result<(), HandlerError> {
+    for (i, account) in [&e.from, &e.to].into_iter().enumerate() {
+        tx.execute(
+            "UPDATE balances SET postings = postings + 1 WHERE account = $1",
+            &[SqlValue::Text(account)],
+        )
+        .await?;
+        if i == 0 {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deadlock_between_two_workers_rolls_back_one_batch_and_both_complete_once() {
+    let Some((url, schema, _)) = common::postgres("deadlock").await else {
+        return;
+    };
+    let mut outboxes = Vec::new();
+    for _ in 0..2 {
+        let store = Store::connect_postgres_schema(&url, &schema).await.unwrap();
+        let mut tx = store.begin().await.unwrap();
+        tx.execute(
+            "CREATE TABLE IF NOT EXISTS balances (account TEXT PRIMARY KEY, postings BIGINT NOT NULL)",
+            &[],
+        )
+        .await
+        .unwrap();
+        tx.execute(
+            "INSERT INTO balances VALUES ('a', 0), ('b', 0) ON CONFLICT DO NOTHING",
+            &[],
+        )
+        .await
+        .unwrap();
+        tx.commit().await.unwrap();
+        outboxes.push(
+            Outbox::builder(store)
+                .dispatcher(Dispatcher::builder_empty().handler::<post_transfer>())
+                .config(OutboxConfig {
+                    batch_size: 1,
+                    ..config(30_000)
+                })
+                .build()
+                .unwrap(),
+        );
+    }
+    let mut uow = outboxes[0].begin().await.unwrap();
+    for (id, from, to) in [("t1", "a", "b"), ("t2", "b", "a")] {
+        uow.add(Envelope::new(Transferred {
+            transfer: id.into(),
+            from: from.into(),
+            to: to.into(),
+        }));
+    }
+    uow.commit().await.unwrap();
+    let (ra, rb) = tokio::join!(outboxes[0].deliver_batch(), outboxes[1].deliver_batch());
+    let (ra, rb) = (ra.unwrap(), rb.unwrap());
+    assert_eq!(
+        ra.conflicts + rb.conflicts,
+        1,
+        "one batch met the deadlock: {ra:?} {rb:?}"
+    );
+    assert_eq!(ra.completed + rb.completed, 1);
+    let rest = outboxes[0].drain(Duration::from_secs(20)).await.unwrap();
+    assert_eq!(rest.completed, 1);
+    let pool = outboxes[0].store().pg_pool().unwrap();
+    let postings: Vec<(String, i64)> =
+        sqlx::query_as("SELECT account, postings FROM balances ORDER BY account")
+            .fetch_all(pool)
+            .await
+            .unwrap();
+    assert_eq!(postings, [("a".to_owned(), 2), ("b".to_owned(), 2)]);
+    let attempts: Vec<i64> =
+        sqlx::query_scalar("SELECT attempts FROM event_deliveries ORDER BY event_id")
+            .fetch_all(pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        attempts,
+        [1, 1],
+        "a rolled-back conflict does not use an attempt"
+    );
+}
