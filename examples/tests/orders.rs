@@ -27,6 +27,8 @@ struct Expected {
     sales_total: Decimal,
     profit_total: Decimal,
     revenue_by_region: BTreeMap<String, Decimal>,
+    /// Sales by the currency of the order's country (first row): USD, CAD.
+    revenue_by_currency: BTreeMap<String, Decimal>,
     customers: u64,
     lead_time_min: i64,
     lead_time_max: i64,
@@ -68,6 +70,7 @@ fn expected(path: &Path) -> Expected {
         col("Ship Date"),
         col("Product Name"),
     );
+    let country = col("Country/Region");
     let date = |s: &str| NaiveDate::parse_from_str(s, "%d/%m/%y").unwrap();
 
     let mut first: HashMap<String, csv::StringRecord> = HashMap::new();
@@ -79,6 +82,7 @@ fn expected(path: &Path) -> Expected {
         sales_total: Decimal::ZERO,
         profit_total: Decimal::ZERO,
         revenue_by_region: BTreeMap::new(),
+        revenue_by_currency: BTreeMap::new(),
         customers: 0,
         lead_time_min: i64::MAX,
         lead_time_max: i64::MIN,
@@ -100,6 +104,14 @@ fn expected(path: &Path) -> Expected {
         e.profit_total += Decimal::from_str(&record[profit]).unwrap();
         *e.revenue_by_region
             .entry(order[region].to_owned())
+            .or_default() += s;
+        let currency = match &order[country] {
+            "United States" => "USD",
+            "Canada" => "CAD",
+            other => panic!("no currency for {other:?}"),
+        };
+        *e.revenue_by_currency
+            .entry(currency.to_owned())
             .or_default() += s;
         if !record[product].is_ascii() {
             e.non_ascii_row_ids.insert(record[row_id].parse().unwrap());
@@ -211,6 +223,10 @@ fn assert_matches_csv(s: &Summary, e: &Expected) {
         s.revenue_by_region, e.revenue_by_region,
         "revenue by region"
     );
+    assert_eq!(
+        s.revenue_by_currency, e.revenue_by_currency,
+        "revenue by currency (order.placed v2)"
+    );
     assert_eq!(s.customers, e.customers, "customers");
     assert_eq!(s.lead_time_days.min, e.lead_time_min, "lead time min");
     assert_eq!(s.lead_time_days.max, e.lead_time_max, "lead time max");
@@ -309,6 +325,15 @@ fn full_data_on_sqlite_exact_totals_dead_letters_and_a_rerun_that_changes_nothin
     assert_eq!(e.rows, 10_194);
     assert_eq!(e.rejected_row_ids, [5011, 5012, 5013, 7193, 7194, 7195]);
     assert_eq!(e.non_ascii_row_ids.len(), 282);
+    assert_eq!(
+        e.revenue_by_currency.keys().collect::<Vec<_>>(),
+        ["CAD", "USD"],
+        "orders to Canada and to the United States"
+    );
+    assert_eq!(
+        e.revenue_by_currency.values().sum::<Decimal>(),
+        e.sales_total
+    );
 
     let db = sqlite_db("full");
     let first = run(&args(&db, &input)).unwrap();
@@ -777,6 +802,7 @@ fn the_binary_prints_a_summary_embeds_the_events_tool_and_fails_cleanly_on_bad_i
     assert_matches_csv(&summary, &expected(&good));
     assert!(summary.duplicates_skipped > 0);
     assert!(stdout.contains("Revenue by region"));
+    assert!(stdout.contains("Revenue by currency"));
     assert!(stdout.contains("Dead letters"));
 
     // `orders events …` is the runtime's tool on the same database.

@@ -1,13 +1,35 @@
-//! The order domain: three events and the `Order` aggregate that records them.
+//! The order domain: its events and the `Order` aggregate that records them.
 //! Pure domain code: no I/O, no runtime, no knowledge of CSV or of who handles the events.
+//!
+//! # Event versions
+//!
+//! | event | version | type | recorded by |
+//! |---|---|---|---|
+//! | `order.placed` | 1 | [`OrderPlaced`] | earlier releases of this example: its rows stay in databases, dead letter queues and brokers |
+//! | `order.placed` | 2 | [`OrderPlacedV2`] (adds `currency`) | [`Order::place`] |
+//! | `order.line_added` | 1 | [`LineAdded`] | [`Order::add_line`] |
+//! | `order.shipped` | 1 | [`OrderShipped`] | [`Order::ship`] |
+//!
+//! Version 2 declares `upcast_from = OrderPlaced` with a `From<OrderPlaced>` impl that derives
+//! the currency from the country ([`currency_of`]); the runtime upcasts every version-1
+//! envelope it decodes, so the handlers take [`OrderPlacedV2`] only and never see a version 1.
+//! Version 1 stays registered (the derive registers it with version 2): without it, the
+//! version-1 rows already written could not be decoded, and the catalog check
+//! (`examples/tests/catalog.rs`) reports removing it as an incompatible change.
+//!
+//! Every event type derives `schemars::JsonSchema`, so the schema catalog
+//! (`orders events catalog`) holds the JSON Schema of each (name, version).
 
 use chrono::NaiveDate;
 use event_core::{AnyEnvelope, DomainEvent, EventRecorder};
 use rust_decimal::Decimal;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// An order was placed by a customer. Recorded once, by the first line of the order.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, DomainEvent)]
+/// An order was placed by a customer (version 1, as earlier releases recorded it; the
+/// aggregate now records [`OrderPlacedV2`]). Kept so that version-1 envelopes still decode:
+/// the runtime upcasts them to version 2 before any handler runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, DomainEvent, JsonSchema)]
 #[event(name = "order.placed", version = 1)]
 pub struct OrderPlaced {
     /// The order id (`US-2019-103800`), also the aggregate id.
@@ -25,8 +47,59 @@ pub struct OrderPlaced {
     pub order_date: NaiveDate,
 }
 
+/// An order was placed by a customer, with the currency it is billed in. Recorded once, by
+/// the first line of the order.
+///
+/// Version 2 of `order.placed`: version 1 ([`OrderPlaced`]) had no `currency`. An envelope of
+/// version 1 is upcast to this type with `From<OrderPlaced>`, which derives the currency from
+/// the country as [`Order::place`] does ([`currency_of`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, DomainEvent, JsonSchema)]
+#[event(name = "order.placed", version = 2, upcast_from = OrderPlaced)]
+pub struct OrderPlacedV2 {
+    /// The order id (`US-2019-103800`), also the aggregate id.
+    #[event(aggregate_id)]
+    pub order_id: String,
+    /// The customer the order belongs to (`DP-13000`).
+    pub customer_id: String,
+    /// Market segment of the customer (`Consumer`, `Corporate`, `Home Office`).
+    pub segment: String,
+    /// Sales region (`Central`, `East`, `South`, `West`).
+    pub region: String,
+    /// Country or region of the shipping address (`United States`, `Canada`).
+    pub country: String,
+    /// ISO 4217 code of the currency the order is billed in: `USD`, `CAD` ([`currency_of`]).
+    pub currency: String,
+    /// When the order was placed.
+    pub order_date: NaiveDate,
+}
+
+impl From<OrderPlaced> for OrderPlacedV2 {
+    fn from(v1: OrderPlaced) -> Self {
+        OrderPlacedV2 {
+            currency: currency_of(&v1.country).to_owned(),
+            order_id: v1.order_id,
+            customer_id: v1.customer_id,
+            segment: v1.segment,
+            region: v1.region,
+            country: v1.country,
+            order_date: v1.order_date,
+        }
+    }
+}
+
+/// The ISO 4217 currency of orders shipped to `country` (the data set's `Country/Region`):
+/// `USD` for `United States`, `CAD` for `Canada`, and `XXX` ("no currency") for any other,
+/// which the data set does not have.
+pub fn currency_of(country: &str) -> &'static str {
+    match country {
+        "United States" => "USD",
+        "Canada" => "CAD",
+        _ => "XXX",
+    }
+}
+
 /// A line was added to an order. Amounts are exact decimals, serialised as strings.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, DomainEvent)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, DomainEvent, JsonSchema)]
 #[event(name = "order.line_added", version = 1)]
 pub struct LineAdded {
     /// The order id, also the aggregate id.
@@ -51,7 +124,7 @@ pub struct LineAdded {
 }
 
 /// An order was shipped.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, DomainEvent)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, DomainEvent, JsonSchema)]
 #[event(name = "order.shipped", version = 1)]
 pub struct OrderShipped {
     /// The order id, also the aggregate id.
@@ -170,7 +243,8 @@ pub struct Order {
 }
 
 impl Order {
-    /// Places an order; records [`OrderPlaced`].
+    /// Places an order; records [`OrderPlacedV2`], in the currency of its country
+    /// ([`currency_of`]).
     pub fn place(cmd: PlaceOrder) -> Order {
         let mut order = Order {
             id: cmd.order_id.clone(),
@@ -180,7 +254,8 @@ impl Order {
             shipped: false,
             events: EventRecorder::new(),
         };
-        order.events.record(OrderPlaced {
+        order.events.record(OrderPlacedV2 {
+            currency: currency_of(&cmd.country).to_owned(),
             order_id: cmd.order_id,
             customer_id: cmd.customer_id,
             segment: cmd.segment,
@@ -368,6 +443,38 @@ mod tests {
         let seqs: Vec<_> = events.iter().map(|e| e.metadata().sequence).collect();
         assert_eq!(seqs, [1, 2, 3, 4]);
         assert!(events.iter().all(|e| e.metadata().aggregate_id == "US-1"));
+    }
+
+    #[test]
+    fn places_in_the_currency_of_the_country_and_upcasts_version_1_the_same_way() {
+        let mut canada = Order::place(PlaceOrder {
+            order_id: "CA-2019-115238".into(),
+            customer_id: "C-2".into(),
+            segment: "Corporate".into(),
+            region: "East".into(),
+            country: "Canada".into(),
+            order_date: date("2019-01-23"),
+        });
+        let mut us = place();
+        for (order, currency) in [(&mut canada, "CAD"), (&mut us, "USD")] {
+            let events = order.take_events();
+            let placed = events[0]
+                .as_any()
+                .downcast_ref::<event_core::Envelope<OrderPlacedV2>>()
+                .expect("the aggregate records version 2");
+            assert_eq!(placed.version(), 2);
+            assert_eq!(placed.event().currency, currency);
+            let v1 = OrderPlaced {
+                order_id: placed.event().order_id.clone(),
+                customer_id: placed.event().customer_id.clone(),
+                segment: placed.event().segment.clone(),
+                region: placed.event().region.clone(),
+                country: placed.event().country.clone(),
+                order_date: placed.event().order_date,
+            };
+            assert_eq!(OrderPlacedV2::from(v1), *placed.event());
+        }
+        assert_eq!(currency_of("Mexico"), "XXX");
     }
 
     #[test]

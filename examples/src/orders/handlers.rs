@@ -9,11 +9,16 @@
 //! |---|---|---|---|
 //! | `orders.directory` | `order.placed` | in transaction | `orders_directory` |
 //! | `orders.revenue_by_region` | `order.line_added` | in transaction | `orders_revenue_by_region` |
-//! | `orders.customer_orders` | `order.placed` | after commit | `orders_customers` |
-//! | `orders.customer_sales` | `order.line_added` | after commit | `orders_customers` |
+//! | `orders.customer_orders` | `order.placed` | after commit | `orders_customers`, `orders_order_sales` (currency) |
+//! | `orders.customer_sales` | `order.line_added` | after commit | `orders_customers`, `orders_order_sales` (lines, sales) |
 //! | `orders.erp_export` | `order.line_added` | after commit, unordered | `orders_erp_export` |
 //! | `orders.shipping_lead_time` | `order.shipped` | after commit | `orders_lead_times` |
 //! | `orders.send_confirmation` | `order.shipped` | after commit, `async` | `orders_notifications` |
+//!
+//! The `order.placed` handlers take version 2 ([`OrderPlacedV2`]): the registry refuses a
+//! handler of an older version at start-up, and the runtime upcasts the version-1 envelopes
+//! that earlier releases wrote before it calls them (their deliveries included), so that
+//! `orders.customer_orders` records a currency for every order, whichever version placed it.
 //!
 //! Handler names are pinned with `name = "…"`: they are the first half of the idempotency
 //! key (handler, event id) of every delivery row, and moving a function to another module
@@ -36,7 +41,7 @@ use event_core::{event_handler, Envelope, HandlerError};
 use event_runtime::{SqlValue, Tx};
 use rust_decimal::Decimal;
 
-use super::domain::{LineAdded, OrderPlaced, OrderShipped};
+use super::domain::{LineAdded, OrderPlacedV2, OrderShipped};
 use super::sql::{day_number, to_units};
 
 /// How many handlers this module registers (checked at start-up with `expect_handlers`).
@@ -117,7 +122,7 @@ fn found(rows: u64, order_id: &str) -> Result<(), HandlerError> {
 /// Remembers each placed order for the handlers of its later events. In the transaction,
 /// so it is there before any of them runs.
 #[event_handler(name = "orders.directory", priority = 0, in_transaction)]
-async fn order_directory(event: &OrderPlaced, tx: &mut Tx) -> Result<(), HandlerError> {
+async fn order_directory(event: &OrderPlacedV2, tx: &mut Tx) -> Result<(), HandlerError> {
     tx.execute(
         "INSERT INTO orders_directory (order_id, customer_id, segment, region, order_day)
         VALUES ($1, $2, $3, $4, $5)",
@@ -159,10 +164,10 @@ async fn revenue_by_region(event: &LineAdded, tx: &mut Tx) -> Result<(), Handler
     found(rows, &event.order_id)
 }
 
-/// Counts orders per customer.
+/// Counts orders per customer, and records each order's currency (for revenue by currency).
 #[event_handler(name = "orders.customer_orders", priority = 10)]
 async fn customer_orders(
-    event: &OrderPlaced,
+    event: &OrderPlacedV2,
     tx: &mut Tx,
     flaky: &Flaky,
 ) -> Result<(), HandlerError> {
@@ -176,10 +181,22 @@ async fn customer_orders(
         ],
     )
     .await?;
+    // `orders.customer_sales` may have added the order's lines already: the two upserts
+    // commute.
+    tx.execute(
+        "INSERT INTO orders_order_sales (order_id, currency, lines, sales) VALUES ($1, $2, 0, 0)
+        ON CONFLICT (order_id) DO UPDATE SET currency = excluded.currency",
+        &[
+            SqlValue::Text(&event.order_id),
+            SqlValue::Text(&event.currency),
+        ],
+    )
+    .await?;
     flaky.attempt("orders.customer_orders")
 }
 
-/// Adds each line's sales to its order's customer.
+/// Adds each line's sales to its order's customer, and to the order (for revenue by
+/// currency).
 #[event_handler(name = "orders.customer_sales", priority = 10)]
 async fn customer_sales(event: &LineAdded, tx: &mut Tx, flaky: &Flaky) -> Result<(), HandlerError> {
     let sales = units(event.sales, "sales")?;
@@ -194,6 +211,15 @@ async fn customer_sales(event: &LineAdded, tx: &mut Tx, flaky: &Flaky) -> Result
         )
         .await?;
     found(rows, &event.order_id)?;
+    // The currency comes with `orders.customer_orders`, whichever of the two runs first.
+    tx.execute(
+        "INSERT INTO orders_order_sales (order_id, currency, lines, sales) VALUES ($1, NULL, 1, $2)
+        ON CONFLICT (order_id) DO UPDATE SET
+            lines = orders_order_sales.lines + 1,
+            sales = orders_order_sales.sales + excluded.sales",
+        &[SqlValue::Text(&event.order_id), SqlValue::Int(sales)],
+    )
+    .await?;
     flaky.attempt("orders.customer_sales")
 }
 

@@ -21,6 +21,17 @@
 //! it skips the rows it already holds, finishes any delivery a crash left undone
 //! (`--crash-after`), and reports the same totals.
 //!
+//! # Event versions
+//!
+//! `order.placed` has two versions ([`domain`]): earlier releases recorded version 1
+//! ([`domain::OrderPlaced`]); the aggregate now records version 2 ([`domain::OrderPlacedV2`]),
+//! which adds the `currency` of the order's country and declares an upcast from version 1.
+//! Every `order.placed` handler takes version 2, and the runtime upcasts the version-1
+//! envelopes a database already holds (committed events, pending deliveries, dead letters)
+//! before calling them, so a database written by an earlier release goes on being imported
+//! into and delivered from (`examples/tests/upcasting.rs`). The report's revenue by currency
+//! comes from `orders.customer_orders`, which reads the currency of version 2.
+//!
 //! [`run`] does the work and returns a [`Report`]; the `orders` example binary prints it with
 //! [`report::render`] and ends with the [`Summary`] line. `orders events …` is the runtime's
 //! operations tool, embedded ([`cli_app`]).
@@ -54,7 +65,9 @@ use self::csv_input::{InputError, OrderRow};
 use self::domain::{AddLine, Order, OrderError, PlaceOrder};
 use self::handlers::{Flaky, ERP_EXPORT, HANDLER_COUNT};
 use self::persistence::StoredOrder;
-use self::read_model::{Customer, LeadTimes, ReadModel, Rejection, Revenue, Segment};
+use self::read_model::{
+    CurrencySales, Customer, LeadTimes, ReadModel, Rejection, Revenue, Segment,
+};
 
 /// The database used when `--database` is not given: a file in the working directory.
 pub const DEFAULT_DATABASE: &str = "sqlite://orders.db";
@@ -235,6 +248,10 @@ pub struct Summary {
     pub profit_total: Decimal,
     /// Sales by region, exact (decimal strings).
     pub revenue_by_region: BTreeMap<String, Decimal>,
+    /// Sales by the currency of their order (`order.placed` version 2, or version 1 upcast),
+    /// exact (decimal strings), as `orders.customer_orders` and `orders.customer_sales`
+    /// recorded them.
+    pub revenue_by_currency: BTreeMap<String, Decimal>,
     /// Distinct customers with at least one order.
     pub customers: u64,
     /// Shortest, mean and longest lead time in days over all shipped orders.
@@ -336,6 +353,8 @@ pub struct Report {
     pub run: RunStats,
     /// Revenue per region.
     pub regions: BTreeMap<String, Revenue>,
+    /// Orders, lines and sales per currency.
+    pub currencies: BTreeMap<String, CurrencySales>,
     /// Orders, customers and sales per segment.
     pub segments: BTreeMap<String, Segment>,
     /// The customers with the highest sales, highest first.
@@ -944,6 +963,11 @@ fn report(
             .iter()
             .map(|(k, r)| (k.clone(), r.sales))
             .collect(),
+        revenue_by_currency: m
+            .currencies
+            .iter()
+            .map(|(k, c)| (k.clone(), c.sales))
+            .collect(),
         customers: m.customers.values().filter(|c| c.orders > 0).count() as u64,
         lead_time_days: LeadTimeSummary {
             min: all_lead_times.min_days,
@@ -969,6 +993,7 @@ fn report(
         },
         run,
         regions: m.regions,
+        currencies: m.currencies,
         segments: m.segments,
         top_customers,
         lead_times: m.lead_times,

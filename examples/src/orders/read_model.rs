@@ -23,6 +23,17 @@ pub struct Revenue {
     pub profit: Decimal,
 }
 
+/// Orders, lines and sales in one currency.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CurrencySales {
+    /// Orders placed in it.
+    pub orders: u64,
+    /// Lines of those orders.
+    pub lines: u64,
+    /// Sales, exact.
+    pub sales: Decimal,
+}
+
 /// One customer's orders and sales.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Customer {
@@ -126,6 +137,9 @@ pub struct Deliveries {
 pub struct ReadModel {
     /// Revenue per region.
     pub regions: BTreeMap<String, Revenue>,
+    /// Orders, lines and sales by currency (`unknown` for orders whose `order.placed` has
+    /// not been delivered to `orders.customer_orders`).
+    pub currencies: BTreeMap<String, CurrencySales>,
     /// Every customer, by id.
     pub customers: HashMap<String, Customer>,
     /// Per segment, from the customers.
@@ -176,6 +190,24 @@ pub async fn read(store: &Store) -> Result<ReadModel, StoreError> {
                     quantity: count(quantity),
                     sales: from_units(sales),
                     profit: from_units(profit),
+                },
+            );
+        }
+
+        let currencies: Vec<(String, i64, i64, i64)> = sqlx::query_as(
+            "SELECT COALESCE(currency, 'unknown'), COUNT(*), CAST(SUM(lines) AS BIGINT),
+                CAST(SUM(sales) AS BIGINT)
+            FROM orders_order_sales GROUP BY COALESCE(currency, 'unknown')",
+        )
+        .fetch_all(p)
+        .await?;
+        for (currency, orders, lines, sales) in currencies {
+            m.currencies.insert(
+                currency,
+                CurrencySales {
+                    orders: count(orders),
+                    lines: count(lines),
+                    sales: from_units(sales),
                 },
             );
         }

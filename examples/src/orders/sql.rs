@@ -9,6 +9,7 @@
 //! | `orders_directory` | `orders.directory` (in transaction) | placed order: customer, segment, region, order day |
 //! | `orders_revenue_by_region` | `orders.revenue_by_region` (in transaction) | region: lines, units, sales, profit |
 //! | `orders_customers` | `orders.customer_orders`, `orders.customer_sales` | customer: segment, orders, lines, sales |
+//! | `orders_order_sales` | `orders.customer_orders` (currency), `orders.customer_sales` (lines, sales) | placed order: currency (`NULL` until `orders.customer_orders` ran), lines, sales |
 //! | `orders_lead_times` | `orders.shipping_lead_time` | (ship mode, lead time in days): orders |
 //! | `orders_notifications` | `orders.send_confirmation` | confirmation, keyed by the `order.shipped` event id |
 //! | `orders_erp_export` | `orders.erp_export` | exported line, keyed by the `order.line_added` event id |
@@ -60,7 +61,7 @@ macro_rules! on_pool {
 pub(crate) use on_pool;
 
 /// The example's tables, in creation order.
-const TABLES: [&str; 8] = [
+const TABLES: [&str; 9] = [
     "CREATE TABLE IF NOT EXISTS orders_aggregate (
         order_id     TEXT   NOT NULL PRIMARY KEY,
         customer_id  TEXT   NOT NULL,
@@ -99,6 +100,12 @@ const TABLES: [&str; 8] = [
         orders       BIGINT NOT NULL,
         lines        BIGINT NOT NULL,
         sales        BIGINT NOT NULL
+    )",
+    "CREATE TABLE IF NOT EXISTS orders_order_sales (
+        order_id  TEXT   NOT NULL PRIMARY KEY,
+        currency  TEXT,
+        lines     BIGINT NOT NULL,
+        sales     BIGINT NOT NULL
     )",
     "CREATE TABLE IF NOT EXISTS orders_lead_times (
         ship_mode  TEXT   NOT NULL,
