@@ -7,7 +7,8 @@
 //! what is already there and prints the same totals.
 //!
 //! `cargo run --example orders -- events …` is the runtime's operations tool on the same
-//! database: `events dlq list`, `events dlq replay …`, `events outbox stats`, `events catalog`.
+//! database: `events dlq list`, `events dlq replay …`, `events outbox stats`, `events catalog`
+//! (every event version with its JSON Schema; `--json`), `events check`.
 //!
 //! This binary is thin on purpose: the job lives in the `examples` library
 //! (`examples/src/orders/`), so that the tests run exactly this code in-process.

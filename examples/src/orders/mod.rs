@@ -32,6 +32,25 @@
 //! into and delivered from (`examples/tests/upcasting.rs`). The report's revenue by currency
 //! comes from `orders.customer_orders`, which reads the currency of version 2.
 //!
+//! # Schema catalog
+//!
+//! Every event type derives `schemars::JsonSchema`, so the registry's catalog has the JSON
+//! Schema of each (name, version): `cargo run --example orders -- events catalog [--json]`
+//! prints it. Its snapshot is committed at `examples/events.catalog.json`, and
+//! `examples/tests/catalog.rs` checks the current catalog against it (BACKWARD compatibility,
+//! the Confluent Schema Registry rules): a required field added to an existing version, a
+//! type changed or a version removed fails `cargo test`, naming the event, the field and the
+//! rule, and so does a snapshot that is merely out of date. To record a change on purpose,
+//! rewrite the snapshot, review the diff and commit it with the change:
+//!
+//! ```text
+//! EVENTS_CATALOG=bless cargo test -p examples --test catalog
+//! git diff examples/events.catalog.json
+//! ```
+//!
+//! An incompatible change to an event is made as a new version with an upcaster instead, as
+//! `order.placed` version 2 was.
+//!
 //! [`run`] does the work and returns a [`Report`]; the `orders` example binary prints it with
 //! [`report::render`] and ends with the [`Summary`] line. `orders events …` is the runtime's
 //! operations tool, embedded ([`cli_app`]).
