@@ -94,7 +94,10 @@ pub fn render(report: &Report) -> String {
         &mut out,
         "Revenue by currency (order.placed v2; v1 envelopes upcast)",
         {
-            let mut t = table(&["Currency", "Orders", "Lines", "Sales", "Share"], &[1, 2, 3, 4]);
+            let mut t = table(
+                &["Currency", "Orders", "Lines", "Sales", "Share"],
+                &[1, 2, 3, 4],
+            );
             let total: Decimal = report.currencies.values().map(|c| c.sales).sum();
             for (currency, c) in &report.currencies {
                 t.add_row(vec![
