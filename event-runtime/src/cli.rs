@@ -86,12 +86,18 @@
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() {
+//! // The application created its outbox (the tool itself never creates or migrates one).
+//! let path = std::env::temp_dir().join(format!("events-cli-doc-{}.db", std::process::id()));
+//! let url = format!("sqlite://{}", path.display());
+//! event_runtime::Store::connect(&url).await.unwrap();
+//!
 //! let (mut out, mut err) = (Vec::new(), Vec::new());
-//! let args = ["events", "--database", "sqlite::memory:", "outbox", "stats", "--json"];
+//! let args = ["events", "--database", url.as_str(), "outbox", "stats", "--json"];
 //! let code = run_with_output(args, App::standalone(), &mut out, &mut err).await;
 //! assert_eq!(code, std::process::ExitCode::SUCCESS);
 //! let stats: serde_json::Value = serde_json::from_slice(&out).unwrap();
 //! assert_eq!(stats["pending"], 0);
+//! # std::fs::remove_file(path).ok();
 //! # }
 //! ```
 
@@ -583,10 +589,9 @@ impl Target<'_> {
                 let conn = <sqlx::PgConnection as sqlx::Connection>::connect(&url).await?;
                 let _ = sqlx::Connection::close(conn).await;
             }
-            match &self.schema {
-                Some(schema) => Store::connect_postgres_schema(&url, schema).await,
-                None => Store::connect(&url).await,
-            }
+            // Operations never create or migrate anything: a mistyped URL or schema is an error,
+            // not an empty outbox.
+            Store::open(&url, self.schema.as_deref()).await
         };
         match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
             Ok(Ok(store)) => Ok(store),

@@ -67,7 +67,14 @@
 //!    effects happen exactly once.
 //!
 //! Delivery is at-least-once per (event, handler), in per-aggregate sequence order per handler
-//! (opt out with `#[event_handler(unordered)]`). A transient failure or a panic is retried
+//! (opt out with `#[event_handler(unordered)]`). The order comes from the envelope's sequence:
+//! record events through an [`event_core::EventRecorder`] created with
+//! `EventRecorder::at_version(v)`, where `v` is the sequence of the aggregate's last event,
+//! kept with the aggregate's state (a new aggregate starts at 0). Two commits that record the
+//! same (aggregate, sequence) conflict — [`StoreError::Conflict`], optimistic concurrency:
+//! reload and retry. An envelope with sequence 0 (`Envelope::new` without `with_sequence`) is
+//! neither ordered nor checked. A worker claims only the deliveries of handlers its process
+//! has, so an older deploy or another service sharing the tables leaves the others alone. A transient failure or a panic is retried
 //! with exponential backoff and full jitter ([`RetryPolicy`]); a permanent error, an
 //! undecodable payload, an unknown event name or version, or the last attempt's failure puts
 //! the delivery in the dead letter queue ([`Store::dead_letters`]), which keeps the envelope

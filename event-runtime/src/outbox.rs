@@ -44,6 +44,12 @@ pub enum OutboxError {
     /// The configuration is invalid.
     #[error("invalid outbox configuration: {0}")]
     Config(String),
+    /// [`Outbox::drain`] ran out of time with deliveries still able to progress.
+    #[error("drain timed out with {pending} deliveries still pending")]
+    Timeout {
+        /// Deliveries still pending (not counting those waiting behind a dead letter).
+        pending: u64,
+    },
     /// A fault was injected at this point (test builds only).
     #[error("fault injected at {0:?}")]
     Injected(FaultPoint),
@@ -124,6 +130,10 @@ struct Inner {
     policies: HashMap<String, RetryPolicy>,
     /// The after-commit handlers of each event type: (name, keeps per-aggregate order).
     destinations: HashMap<TypeId, Vec<(&'static str, bool)>>,
+    /// The after-commit handlers this process runs, as a JSON array: a worker claims only
+    /// their deliveries, so that an instance without a handler (an older deploy, another
+    /// service sharing the tables) leaves them to one that has it.
+    claimable: String,
     wake: Notify,
     rng: Mutex<fastrand::Rng>,
     fault: Option<FaultHook>,
@@ -251,8 +261,8 @@ impl OutboxBuilder {
     /// Validates and builds.
     ///
     /// # Errors
-    /// [`OutboxError::Config`] for a registry error (see [`RegistryError`]), a retry policy
-    /// naming no handler, a policy with zero attempts, or a retention not longer than the
+    /// [`OutboxError::Config`] for a registry error (see [`RegistryError`]), a zero
+    /// `batch_size`, `lease` or `poll_interval`, a retry policy naming no handler, a policy with zero attempts, or a retention not longer than the
     /// longest retry horizon.
     pub fn build(self) -> Result<Outbox, OutboxError> {
         let mut tx_types = vec![TypeId::of::<Tx>()];
@@ -274,6 +284,13 @@ impl OutboxBuilder {
             .provide_transactions(&tx_types)
             .build()
             .map_err(|e: RegistryError| OutboxError::Config(e.to_string()))?;
+        let c = &self.config;
+        if c.batch_size == 0 || c.lease.is_zero() || c.poll_interval.is_zero() {
+            return Err(OutboxError::Config(format!(
+                "batch_size ({}), lease ({:?}) and poll_interval ({:?}) must all be positive",
+                c.batch_size, c.lease, c.poll_interval
+            )));
+        }
         for name in self.policies.keys() {
             if dispatcher.handler_index(name).is_none() {
                 return Err(OutboxError::Config(format!(
@@ -309,12 +326,23 @@ impl OutboxBuilder {
                 .collect();
             destinations.insert((event.type_id)(), handlers);
         }
+        let claimable = serde_json::to_string(
+            &dispatcher
+                .registry()
+                .handlers()
+                .iter()
+                .filter(|h| h.mode == DeliveryMode::AfterCommit)
+                .map(|h| h.name)
+                .collect::<Vec<_>>(),
+        )
+        .unwrap_or_else(|_| "[]".into());
         Ok(Outbox {
             inner: Arc::new(Inner {
                 store: self.store,
                 dispatcher,
                 config: self.config,
                 policies: self.policies,
+                claimable,
                 destinations,
                 wake: Notify::new(),
                 rng: Mutex::new(fastrand::Rng::new()),
@@ -460,7 +488,13 @@ impl Outbox {
         let lease_ms = inner.config.lease.as_millis() as i64;
         let claimed = inner
             .store
-            .claim(token, inner.config.batch_size, lease_ms, now_ms())
+            .claim(
+                token,
+                inner.config.batch_size,
+                lease_ms,
+                now_ms(),
+                &inner.claimable,
+            )
             .await?;
         let mut report = BatchReport {
             claimed: claimed.len(),
@@ -548,7 +582,14 @@ impl Outbox {
         let (envelope, index) = match self.decode(c) {
             Ok(v) => v,
             Err(Undeliverable { reason, chain }) => {
-                tracing::error!(reason, error = %chain.join(": "), "delivery dead-lettered");
+                tracing::error!(
+                    event = %c.name,
+                    event_id = %c.event_id,
+                    handler = %c.handler,
+                    reason,
+                    error = %chain.join(": "),
+                    "delivery dead-lettered"
+                );
                 metrics::counter!("events_deliveries_dead_lettered_total", "handler" => c.handler.clone())
                     .increment(1);
                 return Ok(
@@ -606,7 +647,15 @@ impl Outbox {
         let attempts = u32::try_from(c.attempts).unwrap_or(u32::MAX);
         if permanent || attempts >= policy.max_attempts {
             let reason = if permanent { "permanent" } else { "exhausted" };
-            tracing::error!(reason, attempts, error = %chain.join(": "), "delivery dead-lettered");
+            tracing::error!(
+                event = %c.name,
+                event_id = %c.event_id,
+                handler = %c.handler,
+                reason,
+                attempts,
+                error = %chain.join(": "),
+                "delivery dead-lettered"
+            );
             metrics::counter!("events_deliveries_dead_lettered_total", "handler" => c.handler.clone())
                 .increment(1);
             return Ok(
@@ -621,7 +670,15 @@ impl Outbox {
             let mut rng = self.inner.rng.lock().unwrap_or_else(|e| e.into_inner());
             policy.backoff(attempts, &mut rng)
         };
-        tracing::warn!(attempts, retry_in_ms = wait.as_millis() as u64, error = %chain.join(": "), "delivery failed; will retry");
+        tracing::warn!(
+            event = %c.name,
+            event_id = %c.event_id,
+            handler = %c.handler,
+            attempts,
+            retry_in_ms = wait.as_millis() as u64,
+            error = %chain.join(": "),
+            "delivery failed; will retry"
+        );
         metrics::counter!("events_delivery_retries_total", "handler" => c.handler.clone())
             .increment(1);
         let next = now + wait.as_millis() as i64;
@@ -675,13 +732,14 @@ impl Outbox {
         Ok((envelope, index))
     }
 
-    /// Delivers in this task until no delivery can make progress: every one is completed,
-    /// dead-lettered, or waits behind a dead letter of its (handler, aggregate) (see
+    /// Delivers in this task until no delivery of this process's handlers can make progress:
+    /// every one is completed, dead-lettered, or waits behind a dead letter of its (handler,
+    /// aggregate) (see
     /// [`OutboxStats::blocked`](crate::OutboxStats::blocked)). Waits for scheduled retries.
     /// Returns the totals.
     ///
     /// # Errors
-    /// [`OutboxError::Store`]; [`OutboxError::Config`] when `timeout` passes with deliveries
+    /// [`OutboxError::Store`]; [`OutboxError::Timeout`] when `timeout` passes with deliveries
     /// still pending.
     pub async fn drain(&self, timeout: Duration) -> Result<BatchReport, OutboxError> {
         let deadline = Instant::now() + timeout;
@@ -698,14 +756,12 @@ impl Outbox {
             if r.claimed > 0 {
                 continue;
             }
-            let waiting = self.inner.store.progressing().await?;
+            let waiting = self.inner.store.progressing(&self.inner.claimable).await?;
             if waiting == 0 {
                 return Ok(total);
             }
             if Instant::now() >= deadline {
-                return Err(OutboxError::Config(format!(
-                    "drain timed out with {waiting} deliveries pending"
-                )));
+                return Err(OutboxError::Timeout { pending: waiting });
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }

@@ -163,7 +163,7 @@ pub enum RegistryError {
         latest_type: &'static str,
     },
     /// A handler takes `&mut T` (a transaction) and this runtime provides none.
-    #[error("handler `{handler}` takes a transaction `&mut {type_name}`, which the in-memory dispatcher cannot provide; run it through a store-backed unit of work")]
+    #[error("handler `{handler}` takes `&mut {type_name}`, which this runtime cannot provide: the in-memory Dispatcher provides no transaction (build it with Dispatcher::builder_empty() and register only the handlers it runs), and an Outbox provides `&mut event_runtime::Tx` on any store, plus `&mut sqlx::SqliteConnection` on SQLite or `&mut sqlx::PgConnection` on PostgreSQL")]
     TransactionUnavailable {
         /// The handler name.
         handler: &'static str,

@@ -25,7 +25,7 @@ compile_error!("event-runtime needs at least one store feature: `sqlite` (defaul
 #[non_exhaustive]
 pub enum StoreError {
     /// The database URL names no supported backend (or one whose feature is off).
-    #[error("unsupported database URL {0:?}: expected sqlite://PATH, sqlite::memory: or postgres://… (with the `postgres` feature)")]
+    #[error("unsupported database URL {0:?}: expected sqlite://PATH (a non-empty path), sqlite::memory:, or postgres://… with event-runtime's `postgres` feature enabled")]
     UnsupportedUrl(String),
     /// The database refused a statement or could not be reached.
     #[error("database error: {0}")]
@@ -43,6 +43,14 @@ pub enum StoreError {
         aggregate_id: String,
         /// The sequence recorded twice.
         sequence: u64,
+    },
+    /// The database holds no outbox tables ([`Store::open`] creates none).
+    #[error("{url} holds no outbox tables{}: run the application (or Store::connect) once to create them, or check the URL and schema", schema.as_ref().map(|s| format!(" in schema {s:?}")).unwrap_or_default())]
+    NotAnOutbox {
+        /// The URL.
+        url: String,
+        /// The PostgreSQL schema, if one was given.
+        schema: Option<String>,
     },
     /// A row holds data this version cannot read (a corrupted or foreign table).
     #[error("corrupt outbox row: {0}")]
@@ -258,9 +266,34 @@ impl Store {
     /// [`StoreError::UnsupportedUrl`], [`StoreError::Database`] when the database cannot be
     /// reached or opened, [`StoreError::Migrate`] when the schema cannot be applied.
     pub async fn connect(url: &str) -> Result<Store, StoreError> {
-        let store = Self::connect_lazy_schema(url, None).await?;
+        let store = Self::connect_lazy_schema(url, None, true).await?;
         store.migrate().await?;
         Ok(store)
+    }
+
+    /// Opens an existing outbox for reading and operations (the `events` tool): creates no
+    /// file, schema or table and applies no migration.
+    ///
+    /// # Errors
+    /// As [`connect`](Self::connect), and [`StoreError::NotAnOutbox`] when the database (or
+    /// `schema`, for PostgreSQL) holds no outbox tables.
+    pub async fn open(url: &str, schema: Option<&str>) -> Result<Store, StoreError> {
+        if schema.is_some() && !is_postgres(url) {
+            return Err(StoreError::UnsupportedUrl(url.to_owned()));
+        }
+        let store = Self::connect_lazy_schema(url, schema, false).await?;
+        let probe = on_pool!(store, |p| sqlx::query("SELECT 1 FROM event_outbox LIMIT 1")
+            .fetch_optional(p)
+            .await
+            .map(|_| ()));
+        match probe {
+            Ok(()) => Ok(store),
+            Err(sqlx::Error::Database(_)) => Err(StoreError::NotAnOutbox {
+                url: url.to_owned(),
+                schema: schema.map(str::to_owned),
+            }),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Connects to a PostgreSQL database and keeps every table in `schema` (created when
@@ -273,18 +306,33 @@ impl Store {
         if !is_postgres(url) {
             return Err(StoreError::UnsupportedUrl(url.to_owned()));
         }
-        let store = Self::connect_lazy_schema(url, Some(schema)).await?;
+        let store = Self::connect_lazy_schema(url, Some(schema), true).await?;
         store.migrate().await?;
         Ok(store)
     }
 
-    async fn connect_lazy_schema(url: &str, schema: Option<&str>) -> Result<Store, StoreError> {
+    async fn connect_lazy_schema(
+        url: &str,
+        schema: Option<&str>,
+        create: bool,
+    ) -> Result<Store, StoreError> {
         #[cfg(feature = "sqlite")]
         if url.starts_with("sqlite:") {
             use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
             let memory = url.contains(":memory:") || url.contains("mode=memory");
+            let path = url
+                .trim_start_matches("sqlite:")
+                .trim_start_matches("//")
+                .split('?')
+                .next()
+                .unwrap_or_default();
+            if path.is_empty() && !memory {
+                // sqlx would open a private temporary database per connection: a commit would
+                // "succeed" into a database nobody reads again.
+                return Err(StoreError::UnsupportedUrl(url.to_owned()));
+            }
             let options = SqliteConnectOptions::from_str(url)?
-                .create_if_missing(true)
+                .create_if_missing(create)
                 .foreign_keys(true)
                 .busy_timeout(Duration::from_secs(30));
             let options = if memory {
@@ -318,7 +366,7 @@ impl Store {
         if is_postgres(url) {
             use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
             let mut options = PgConnectOptions::from_str(url)?;
-            if let Some(schema) = schema {
+            if let Some(schema) = schema.filter(|_| create) {
                 let ident = quote_ident(schema);
                 let mut conn =
                     <sqlx::PgConnection as sqlx::Connection>::connect_with(&options).await?;
@@ -328,6 +376,8 @@ impl Store {
                 .execute(&mut conn)
                 .await?;
                 sqlx::Connection::close(conn).await?;
+            }
+            if let Some(schema) = schema {
                 options = options.options([("search_path", schema)]);
             }
             let pool = PgPoolOptions::new()
@@ -498,20 +548,23 @@ impl Store {
         Ok(())
     }
 
-    /// Leases up to `limit` due deliveries to `token` until `now + lease_ms`, respecting
-    /// per-aggregate order per handler, and returns them with their envelopes.
+    /// Leases up to `limit` due deliveries of `handlers` (a JSON array of handler names: those
+    /// this process can run) to `token` until `now + lease_ms`, respecting per-aggregate order
+    /// per handler, and returns them with their envelopes.
     pub(crate) async fn claim(
         &self,
         token: &str,
         limit: u32,
         lease_ms: i64,
         now: i64,
+        handlers: &str,
     ) -> Result<Vec<Claimed>, StoreError> {
         const SQLITE: &str = "UPDATE event_deliveries SET lease_token = $1, lease_until = $2, attempts = attempts + 1
             WHERE (handler, event_id) IN (
                 SELECT d.handler, d.event_id FROM event_deliveries d
                 WHERE d.status = 'pending' AND d.next_attempt_at <= $3
                   AND (d.lease_until IS NULL OR d.lease_until < $3)
+                  AND d.handler IN (SELECT value FROM json_each($5))
                   AND NOT EXISTS (
                     SELECT 1 FROM event_deliveries p
                     WHERE p.handler = d.handler AND p.aggregate_type = d.aggregate_type
@@ -524,6 +577,7 @@ impl Store {
                 SELECT d.handler, d.event_id FROM event_deliveries d
                 WHERE d.status = 'pending' AND d.next_attempt_at <= $3
                   AND (d.lease_until IS NULL OR d.lease_until < $3)
+                  AND d.handler IN (SELECT jsonb_array_elements_text($5::jsonb))
                   AND NOT EXISTS (
                     SELECT 1 FROM event_deliveries p
                     WHERE p.handler = d.handler AND p.aggregate_type = d.aggregate_type
@@ -548,6 +602,7 @@ impl Store {
                 .bind(until)
                 .bind(now)
                 .bind(i64::from(limit))
+                .bind(handlers)
                 .execute(p)
                 .await?
                 .rows_affected();
@@ -721,15 +776,29 @@ impl Store {
         Ok(n)
     }
 
-    /// Pending deliveries that are not waiting behind a dead letter: those that will run
-    /// (now, after a retry delay, or after another worker's lease).
-    pub(crate) async fn progressing(&self) -> Result<u64, StoreError> {
-        const SQL: &str = "SELECT COUNT(*) FROM event_deliveries d
-            WHERE d.status = 'pending' AND NOT EXISTS (
+    /// Pending deliveries of `handlers` (a JSON array) that are not waiting behind a dead
+    /// letter: those that will run (now, after a retry delay, or after another worker's lease).
+    pub(crate) async fn progressing(&self, handlers: &str) -> Result<u64, StoreError> {
+        const SQLITE: &str = "SELECT COUNT(*) FROM event_deliveries d
+            WHERE d.status = 'pending' AND d.handler IN (SELECT value FROM json_each($1))
+              AND NOT EXISTS (
                 SELECT 1 FROM event_deliveries p
                 WHERE p.handler = d.handler AND p.aggregate_type = d.aggregate_type
                   AND p.aggregate_id = d.aggregate_id AND p.sequence < d.sequence AND p.status = 'dead')";
-        let n: i64 = on_pool!(self, |p| sqlx::query_scalar(SQL).fetch_one(p).await?);
+        const POSTGRES: &str = "SELECT COUNT(*) FROM event_deliveries d
+            WHERE d.status = 'pending' AND d.handler IN (SELECT jsonb_array_elements_text($1::jsonb))
+              AND NOT EXISTS (
+                SELECT 1 FROM event_deliveries p
+                WHERE p.handler = d.handler AND p.aggregate_type = d.aggregate_type
+                  AND p.aggregate_id = d.aggregate_id AND p.sequence < d.sequence AND p.status = 'dead')";
+        let sql = match self.kind() {
+            BackendKind::Sqlite => SQLITE,
+            BackendKind::Postgres => POSTGRES,
+        };
+        let n: i64 = on_pool!(self, |p| sqlx::query_scalar(sql)
+            .bind(handlers)
+            .fetch_one(p)
+            .await?);
         Ok(n as u64)
     }
 

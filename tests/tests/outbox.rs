@@ -799,3 +799,94 @@ async fn an_unordered_handler_is_not_held_back_by_a_dead_letter() {
         assert_eq!(stats.blocked, 2);
     }
 }
+
+#[tokio::test]
+async fn an_empty_sqlite_path_is_refused_instead_of_a_throwaway_database() {
+    for url in ["sqlite://", "sqlite:", "sqlite://?mode=rwc"] {
+        match Store::connect(url).await {
+            Err(StoreError::UnsupportedUrl(u)) => assert_eq!(u, url),
+            other => panic!("{url}: {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn opening_for_operations_creates_nothing() {
+    let path = std::env::temp_dir().join(format!("{}.db", common::unique("open_nothing")));
+    let url = format!("sqlite://{}", path.display());
+    assert!(Store::open(&url, None).await.is_err());
+    assert!(!path.exists(), "open must not create the file");
+    if let Some((pg, _, _)) = common::postgres("open_nothing").await {
+        let schema = common::unique("no_such_schema");
+        match Store::open(&pg, Some(&schema)).await {
+            Err(e @ StoreError::NotAnOutbox { .. }) => {
+                assert!(e.to_string().contains(&schema), "{e}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn zero_batch_size_lease_or_poll_interval_is_a_start_up_error() {
+    let (_, store) = common::sqlite("zero_config").await;
+    for config in [
+        OutboxConfig {
+            batch_size: 0,
+            ..OutboxConfig::default()
+        },
+        OutboxConfig {
+            lease: Duration::ZERO,
+            ..OutboxConfig::default()
+        },
+        OutboxConfig {
+            poll_interval: Duration::ZERO,
+            ..OutboxConfig::default()
+        },
+    ] {
+        let err = Outbox::builder(store.clone())
+            .dispatcher(Dispatcher::builder_empty().handler::<apply>())
+            .resource(Attempts::default())
+            .config(config)
+            .build()
+            .unwrap_err();
+        assert!(matches!(err, OutboxError::Config(_)), "{err}");
+    }
+}
+
+#[tokio::test]
+async fn a_process_without_a_handler_leaves_its_deliveries_to_one_that_has_it() {
+    for db in databases("foreign_handlers").await {
+        let store = db.open().await;
+        setup(&store).await;
+        let full = Outbox::builder(store.clone())
+            .dispatcher(
+                Dispatcher::builder_empty()
+                    .handler::<apply>()
+                    .handler::<export>(),
+            )
+            .resource(Attempts::default())
+            .config(fast_retries())
+            .build()
+            .unwrap();
+        let id = commit(&full, vec![deposit("fh", 1, Fail::Never)])
+            .await
+            .unwrap()[0];
+        // An older deploy that has `apply` only.
+        let older = outbox(&db).await;
+        older.drain(DRAIN).await.unwrap(); // export's delivery stays pending: not its own
+        let stats = older.store().stats().await.unwrap();
+        assert_eq!(
+            (stats.pending, stats.dead_letters),
+            (1, 0),
+            "{}",
+            db.label()
+        );
+        full.drain(DRAIN).await.unwrap();
+        assert_eq!(
+            effects_of(full.store(), id).await,
+            2,
+            "apply and export, once each"
+        );
+    }
+}
