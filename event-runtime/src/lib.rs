@@ -90,10 +90,10 @@
 //! `tracing` span `delivery` with the event name, event id, handler and attempt.
 //!
 //! # Operations
-//! The `events` command-line tool ([`cli`], and the `events` binary) lists, shows, replays and
-//! purges dead letters, prints outbox statistics, and — embedded in your application's binary
-//! so that it knows your event types — prints the schema catalog and checks, before a deploy,
-//! that every pending delivery and dead letter still decodes.
+//! The `events` command-line tool (module `cli` and the `events` binary, feature `cli`) lists,
+//! shows, replays and purges dead letters, prints outbox statistics, and — embedded in your
+//! application's binary so that it knows your event types — prints the schema catalog and
+//! checks, before a deploy, that every pending delivery and dead letter still decodes.
 //!
 //! # Schema evolution
 //! An event is (name, version); each version is its own type, and a newer one declares

@@ -44,6 +44,19 @@ pub enum OutboxError {
     /// The configuration is invalid.
     #[error("invalid outbox configuration: {0}")]
     Config(String),
+    /// An envelope is larger than [`OutboxConfig::max_envelope_bytes`]; the commit was rolled
+    /// back.
+    #[error("event {event_id} ({name}) is {bytes} bytes as JSON, over the limit of {limit} bytes (OutboxConfig::max_envelope_bytes): store large data elsewhere and put a reference in the event")]
+    TooLarge {
+        /// The event id.
+        event_id: Uuid,
+        /// The event name.
+        name: &'static str,
+        /// Its size in bytes.
+        bytes: usize,
+        /// The limit.
+        limit: usize,
+    },
     /// [`Outbox::drain`] ran out of time with deliveries still able to progress.
     #[error("drain timed out with {pending} deliveries still pending")]
     Timeout {
@@ -106,6 +119,10 @@ pub struct OutboxConfig {
     pub retention_batch: u32,
     /// The CloudEvents `source` written on envelopes that still have the default.
     pub source: Option<String>,
+    /// The largest envelope a commit accepts, in bytes of its JSON text (default 1 MiB, as
+    /// NATS's default maximum payload). A larger one fails the commit with
+    /// [`OutboxError::TooLarge`] before anything is written.
+    pub max_envelope_bytes: usize,
 }
 
 impl Default for OutboxConfig {
@@ -119,6 +136,7 @@ impl Default for OutboxConfig {
             retention_interval: Duration::from_secs(60),
             retention_batch: 1_000,
             source: None,
+            max_envelope_bytes: 1 << 20,
         }
     }
 }
@@ -1003,7 +1021,8 @@ impl OutboxUnitOfWork<'_> {
     ///
     /// # Errors
     /// [`OutboxError::Aborted`] when an in-transaction handler failed or panicked (rolled
-    /// back); [`OutboxError::Encode`] when a payload cannot be serialised (rolled back);
+    /// back); [`OutboxError::Encode`] when a payload cannot be serialised, or
+    /// [`OutboxError::TooLarge`] when an envelope exceeds the size limit (rolled back);
     /// [`OutboxError::Store`] — [`StoreError::Conflict`] when another commit recorded the same
     /// aggregate sequence, or a database failure (rolled back).
     pub async fn commit(mut self) -> Result<CommitReport, OutboxError> {
@@ -1022,6 +1041,15 @@ impl OutboxUnitOfWork<'_> {
                 name: envelope.name(),
                 source,
             })?;
+            let limit = outbox.inner.config.max_envelope_bytes;
+            if json.len() > limit {
+                return Err(OutboxError::TooLarge {
+                    event_id: meta.id,
+                    name: envelope.name(),
+                    bytes: json.len(),
+                    limit,
+                });
+            }
             rows.push(OutboxRow {
                 event_id: meta.id,
                 name: envelope.name(),

@@ -890,3 +890,43 @@ async fn a_process_without_a_handler_leaves_its_deliveries_to_one_that_has_it() 
         );
     }
 }
+
+#[tokio::test]
+async fn an_oversized_envelope_fails_the_commit_and_writes_nothing() {
+    let (_, store) = common::sqlite("oversized").await;
+    setup(&store).await;
+    let outbox = Outbox::builder(store)
+        .dispatcher(Dispatcher::builder_empty().handler::<apply>())
+        .resource(Attempts::default())
+        .config(OutboxConfig {
+            max_envelope_bytes: 4_096,
+            ..OutboxConfig::default()
+        })
+        .build()
+        .unwrap();
+    let err = commit(
+        &outbox,
+        vec![
+            deposit("big", 1, Fail::Never),
+            deposit(&"x".repeat(5_000), 2, Fail::Never),
+        ],
+    )
+    .await
+    .unwrap_err();
+    match &err {
+        OutboxError::TooLarge { bytes, limit, .. } => assert!(*bytes > *limit && *limit == 4_096),
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        err.to_string().contains("over the limit of 4096 bytes"),
+        "{err}"
+    );
+    assert_eq!(
+        count(outbox.store(), "SELECT COUNT(*) FROM event_outbox", &[]).await,
+        0
+    );
+    assert_eq!(
+        count(outbox.store(), "SELECT COUNT(*) FROM accounts", &[]).await,
+        0
+    );
+}
