@@ -600,23 +600,7 @@ impl Outbox {
         let (envelope, index) = match self.decode(c) {
             Ok(v) => v,
             Err(Undeliverable { reason, chain }) => {
-                tracing::error!(
-                    event = %c.name,
-                    event_id = %c.event_id,
-                    handler = %c.handler,
-                    reason,
-                    error = %chain.join(": "),
-                    "delivery dead-lettered"
-                );
-                metrics::counter!("events_deliveries_dead_lettered_total", "handler" => c.handler.clone())
-                    .increment(1);
-                return Ok(
-                    if Store::dead_letter(tx, c, token, reason, &chain, now).await? {
-                        Step::Dead
-                    } else {
-                        Step::LeaseLost
-                    },
-                );
+                return dead_letter(tx, c, token, reason, &chain, now).await;
             }
         };
         let uses_tx = self
@@ -665,24 +649,7 @@ impl Outbox {
         let attempts = u32::try_from(c.attempts).unwrap_or(u32::MAX);
         if permanent || attempts >= policy.max_attempts {
             let reason = if permanent { "permanent" } else { "exhausted" };
-            tracing::error!(
-                event = %c.name,
-                event_id = %c.event_id,
-                handler = %c.handler,
-                reason,
-                attempts,
-                error = %chain.join(": "),
-                "delivery dead-lettered"
-            );
-            metrics::counter!("events_deliveries_dead_lettered_total", "handler" => c.handler.clone())
-                .increment(1);
-            return Ok(
-                if Store::dead_letter(tx, c, token, reason, &chain, now).await? {
-                    Step::Dead
-                } else {
-                    Step::LeaseLost
-                },
-            );
+            return dead_letter(tx, c, token, reason, &chain, now).await;
         }
         let wait = {
             let mut rng = self.inner.rng.lock().unwrap_or_else(|e| e.into_inner());
@@ -880,6 +847,35 @@ fn error_chain(e: &dyn std::error::Error) -> Vec<String> {
         next = s.source();
     }
     out
+}
+
+/// Moves a leased delivery to the dead letter queue, with its log line and metric.
+async fn dead_letter(
+    tx: &mut Tx,
+    c: &Claimed,
+    token: &str,
+    reason: &'static str,
+    chain: &[String],
+    now: i64,
+) -> Result<Step, OutboxError> {
+    tracing::error!(
+        event = %c.name,
+        event_id = %c.event_id,
+        handler = %c.handler,
+        reason,
+        attempts = c.attempts,
+        error = %chain.join(": "),
+        "delivery dead-lettered"
+    );
+    metrics::counter!("events_deliveries_dead_lettered_total", "handler" => c.handler.clone())
+        .increment(1);
+    Ok(
+        if Store::dead_letter(tx, c, token, reason, chain, now).await? {
+            Step::Dead
+        } else {
+            Step::LeaseLost
+        },
+    )
 }
 
 /// Why a delivery cannot be attempted at all: dead-lettered at once.
