@@ -1067,6 +1067,14 @@ fn print_catalog(registry: &Registry, json: bool, io: &mut Io<'_>) -> Result<(),
     Ok(())
 }
 
+/// Why `envelope` (CloudEvents JSON) does not decode with `registry`, if it does not.
+fn decode_problem(registry: &Registry, envelope: &str) -> Option<String> {
+    match RawEnvelope::from_json(envelope) {
+        Err(e) => Some(format!("undecodable envelope: {e}")),
+        Ok(raw) => registry.decode(&raw).err().map(|e| e.to_string()),
+    }
+}
+
 /// Pre-deploy check: every pending delivery names a handler of this application and its
 /// envelope decodes into a registered type, and every open dead letter's envelope decodes too
 /// (so that a replay after the deploy can succeed).
@@ -1079,10 +1087,7 @@ async fn check(store: &Store, registry: &Registry, io: &mut Io<'_>) -> Result<()
                 "handler `{handler}` is not registered in this application"
             ))
         } else {
-            match RawEnvelope::from_json(envelope) {
-                Err(e) => Some(format!("undecodable envelope: {e}")),
-                Ok(raw) => registry.decode(&raw).err().map(|e| e.to_string()),
-            }
+            decode_problem(registry, envelope)
         };
         if let Some(problem) = problem {
             problems += 1;
@@ -1091,11 +1096,7 @@ async fn check(store: &Store, registry: &Registry, io: &mut Io<'_>) -> Result<()
     }
     let dead = store.dead_letters(&DeadLetterFilter::default()).await?;
     for d in &dead {
-        let problem = match RawEnvelope::from_json(&d.envelope) {
-            Err(e) => Some(format!("undecodable envelope: {e}")),
-            Ok(raw) => registry.decode(&raw).err().map(|e| e.to_string()),
-        };
-        if let Some(problem) = problem {
+        if let Some(problem) = decode_problem(registry, &d.envelope) {
             problems += 1;
             writeln!(
                 io.out,

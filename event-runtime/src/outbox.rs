@@ -18,7 +18,7 @@ use crate::registry::RegistryError;
 use crate::report::{DispatchReport, Outcome};
 use crate::retry::RetryPolicy;
 use crate::store::{now_ms, Claimed, OutboxRow, Store, StoreError, Tx};
-use crate::uow::{CommitError, HandlerErrorSource};
+use crate::uow::CommitError;
 
 /// Errors of the outbox runtime.
 #[derive(Debug, thiserror::Error)]
@@ -1073,7 +1073,7 @@ impl OutboxUnitOfWork<'_> {
                 continue;
             }
             new_rows.push(row);
-            let mut dispatched = outbox
+            let dispatched = outbox
                 .inner
                 .dispatcher
                 .dispatch_phase(
@@ -1082,25 +1082,13 @@ impl OutboxUnitOfWork<'_> {
                     Some(&mut tx),
                 )
                 .await;
-            if let Some(i) = dispatched
-                .outcomes
-                .iter()
-                .position(|o| o.outcome.is_failure())
-            {
-                let failed = dispatched.outcomes.swap_remove(i);
-                tx.rollback().await?;
-                let (reason, error) = match failed.outcome {
-                    Outcome::Failed(e) => (format!("failed: {e}"), Some(HandlerErrorSource(e))),
-                    other => (other.to_string(), None),
-                };
-                return Err(OutboxError::Aborted(Box::new(CommitError {
-                    handler: failed.handler,
-                    event_name: envelope.name(),
-                    event_id: envelope.metadata().id,
-                    reason,
-                    error,
-                })));
-            }
+            let dispatched = match CommitError::check(dispatched, &**envelope) {
+                Ok(report) => report,
+                Err(e) => {
+                    tx.rollback().await?;
+                    return Err(OutboxError::Aborted(Box::new(e)));
+                }
+            };
             report.in_transaction.push(dispatched);
         }
         report.appended = new_rows.len();

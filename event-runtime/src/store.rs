@@ -101,6 +101,61 @@ macro_rules! on_pool {
     };
 }
 
+/// The subquery behind per-aggregate order: an earlier delivery of the same (handler,
+/// aggregate) whose status is one of `$statuses`. Claims, drain and stats all use this one
+/// definition (a string literal, since sqlx takes `&'static str`).
+macro_rules! earlier_delivery {
+    ($statuses:literal) => {
+        concat!(
+            "SELECT 1 FROM event_deliveries p WHERE p.handler = d.handler",
+            " AND p.aggregate_type = d.aggregate_type AND p.aggregate_id = d.aggregate_id",
+            " AND p.sequence < d.sequence AND p.status IN (",
+            $statuses,
+            ")"
+        )
+    };
+}
+
+/// The handler names of a JSON-array parameter, as a subquery, in each dialect.
+macro_rules! handlers_in {
+    (sqlite, $param:literal) => {
+        concat!("(SELECT value FROM json_each(", $param, "))")
+    };
+    (postgres, $param:literal) => {
+        concat!("(SELECT jsonb_array_elements_text(", $param, "::jsonb))")
+    };
+}
+
+/// Due, unleased deliveries of the handlers in `$5` that no earlier pending or dead delivery
+/// holds back, oldest first, at most `$4`.
+macro_rules! due_deliveries {
+    ($dialect:ident) => {
+        concat!(
+            "SELECT d.handler, d.event_id FROM event_deliveries d",
+            " WHERE d.status = 'pending' AND d.next_attempt_at <= $3",
+            " AND (d.lease_until IS NULL OR d.lease_until < $3)",
+            " AND d.handler IN ",
+            handlers_in!($dialect, "$5"),
+            " AND NOT EXISTS (",
+            earlier_delivery!("'pending', 'dead'"),
+            ") ORDER BY d.next_attempt_at LIMIT $4"
+        )
+    };
+}
+
+/// Pending deliveries of the handlers in `$1` not waiting behind a dead letter.
+macro_rules! progressing {
+    ($dialect:ident) => {
+        concat!(
+            "SELECT COUNT(*) FROM event_deliveries d WHERE d.status = 'pending' AND d.handler IN ",
+            handlers_in!($dialect, "$1"),
+            " AND NOT EXISTS (",
+            earlier_delivery!("'dead'"),
+            ")"
+        )
+    };
+}
+
 impl Tx {
     /// Commits.
     ///
@@ -559,34 +614,19 @@ impl Store {
         now: i64,
         handlers: &str,
     ) -> Result<Vec<Claimed>, StoreError> {
-        const SQLITE: &str = "UPDATE event_deliveries SET lease_token = $1, lease_until = $2, attempts = attempts + 1
-            WHERE (handler, event_id) IN (
-                SELECT d.handler, d.event_id FROM event_deliveries d
-                WHERE d.status = 'pending' AND d.next_attempt_at <= $3
-                  AND (d.lease_until IS NULL OR d.lease_until < $3)
-                  AND d.handler IN (SELECT value FROM json_each($5))
-                  AND NOT EXISTS (
-                    SELECT 1 FROM event_deliveries p
-                    WHERE p.handler = d.handler AND p.aggregate_type = d.aggregate_type
-                      AND p.aggregate_id = d.aggregate_id AND p.sequence < d.sequence
-                      AND p.status IN ('pending', 'dead'))
-                ORDER BY d.next_attempt_at
-                LIMIT $4)";
-        const POSTGRES: &str = "UPDATE event_deliveries u SET lease_token = $1, lease_until = $2, attempts = u.attempts + 1
-            FROM (
-                SELECT d.handler, d.event_id FROM event_deliveries d
-                WHERE d.status = 'pending' AND d.next_attempt_at <= $3
-                  AND (d.lease_until IS NULL OR d.lease_until < $3)
-                  AND d.handler IN (SELECT jsonb_array_elements_text($5::jsonb))
-                  AND NOT EXISTS (
-                    SELECT 1 FROM event_deliveries p
-                    WHERE p.handler = d.handler AND p.aggregate_type = d.aggregate_type
-                      AND p.aggregate_id = d.aggregate_id AND p.sequence < d.sequence
-                      AND p.status IN ('pending', 'dead'))
-                ORDER BY d.next_attempt_at
-                LIMIT $4
-                FOR UPDATE SKIP LOCKED) due
-            WHERE u.handler = due.handler AND u.event_id = due.event_id";
+        const SQLITE: &str = concat!(
+            "UPDATE event_deliveries SET lease_token = $1, lease_until = $2, attempts = attempts + 1",
+            " WHERE (handler, event_id) IN (",
+            due_deliveries!(sqlite),
+            ")"
+        );
+        const POSTGRES: &str = concat!(
+            "UPDATE event_deliveries u SET lease_token = $1, lease_until = $2, attempts = u.attempts + 1",
+            " FROM (",
+            due_deliveries!(postgres),
+            " FOR UPDATE SKIP LOCKED) due",
+            " WHERE u.handler = due.handler AND u.event_id = due.event_id"
+        );
         const FETCH: &str = "SELECT d.handler, d.event_id, d.attempts, d.first_failed_at, o.envelope, o.name, o.version
             FROM event_deliveries d JOIN event_outbox o ON o.event_id = d.event_id
             WHERE d.lease_token = $1
@@ -779,18 +819,8 @@ impl Store {
     /// Pending deliveries of `handlers` (a JSON array) that are not waiting behind a dead
     /// letter: those that will run (now, after a retry delay, or after another worker's lease).
     pub(crate) async fn progressing(&self, handlers: &str) -> Result<u64, StoreError> {
-        const SQLITE: &str = "SELECT COUNT(*) FROM event_deliveries d
-            WHERE d.status = 'pending' AND d.handler IN (SELECT value FROM json_each($1))
-              AND NOT EXISTS (
-                SELECT 1 FROM event_deliveries p
-                WHERE p.handler = d.handler AND p.aggregate_type = d.aggregate_type
-                  AND p.aggregate_id = d.aggregate_id AND p.sequence < d.sequence AND p.status = 'dead')";
-        const POSTGRES: &str = "SELECT COUNT(*) FROM event_deliveries d
-            WHERE d.status = 'pending' AND d.handler IN (SELECT jsonb_array_elements_text($1::jsonb))
-              AND NOT EXISTS (
-                SELECT 1 FROM event_deliveries p
-                WHERE p.handler = d.handler AND p.aggregate_type = d.aggregate_type
-                  AND p.aggregate_id = d.aggregate_id AND p.sequence < d.sequence AND p.status = 'dead')";
+        const SQLITE: &str = progressing!(sqlite);
+        const POSTGRES: &str = progressing!(postgres);
         let sql = match self.kind() {
             BackendKind::Sqlite => SQLITE,
             BackendKind::Postgres => POSTGRES,
@@ -821,11 +851,11 @@ impl Store {
             FROM event_deliveries GROUP BY handler, status ORDER BY handler, status";
         const DEAD: &str = "SELECT COUNT(*) FROM event_dead_letters WHERE resolved_at IS NULL";
         const EVENTS: &str = "SELECT COUNT(*) FROM event_outbox";
-        const BLOCKED: &str = "SELECT COUNT(*) FROM event_deliveries d
-            WHERE d.status = 'pending' AND EXISTS (
-                SELECT 1 FROM event_deliveries p
-                WHERE p.handler = d.handler AND p.aggregate_type = d.aggregate_type
-                  AND p.aggregate_id = d.aggregate_id AND p.sequence < d.sequence AND p.status = 'dead')";
+        const BLOCKED: &str = concat!(
+            "SELECT COUNT(*) FROM event_deliveries d WHERE d.status = 'pending' AND EXISTS (",
+            earlier_delivery!("'dead'"),
+            ")"
+        );
         let now = now_ms();
         let (rows, dead, events, blocked) = on_pool!(self, |p| {
             let rows = sqlx::query(PER_HANDLER).fetch_all(p).await?;

@@ -25,6 +25,31 @@ pub struct CommitError {
     pub error: Option<HandlerErrorSource>,
 }
 
+impl CommitError {
+    /// `Ok(report)` when every in-transaction handler in it succeeded; otherwise the error for
+    /// the first that failed or panicked.
+    pub(crate) fn check(
+        mut report: DispatchReport,
+        envelope: &dyn AnyEnvelope,
+    ) -> Result<DispatchReport, CommitError> {
+        let Some(i) = report.outcomes.iter().position(|o| o.outcome.is_failure()) else {
+            return Ok(report);
+        };
+        let failed = report.outcomes.swap_remove(i);
+        let (reason, error) = match failed.outcome {
+            Outcome::Failed(e) => (format!("failed: {e}"), Some(HandlerErrorSource(e))),
+            other => (other.to_string(), None),
+        };
+        Err(CommitError {
+            handler: failed.handler,
+            event_name: envelope.name(),
+            event_id: envelope.metadata().id,
+            reason,
+            error,
+        })
+    }
+}
+
 /// A [`HandlerError`] as a `std::error::Error` source.
 #[derive(Debug)]
 pub struct HandlerErrorSource(pub HandlerError);
@@ -99,25 +124,11 @@ impl<'d> UnitOfWork<'d> {
     pub async fn commit(self) -> Result<Vec<DispatchReport>, CommitError> {
         let mut reports = Vec::with_capacity(self.pending.len());
         for envelope in &self.pending {
-            let mut report = self
+            let report = self
                 .dispatcher
                 .dispatch_phase(&**envelope, Phase::Only(DeliveryMode::InTransaction), None)
                 .await;
-            if let Some(i) = report.outcomes.iter().position(|o| o.outcome.is_failure()) {
-                let failed = report.outcomes.swap_remove(i);
-                let (reason, error) = match failed.outcome {
-                    Outcome::Failed(e) => (format!("failed: {e}"), Some(HandlerErrorSource(e))),
-                    other => (other.to_string(), None),
-                };
-                return Err(CommitError {
-                    handler: failed.handler,
-                    event_name: envelope.name(),
-                    event_id: envelope.metadata().id,
-                    reason,
-                    error,
-                });
-            }
-            reports.push(report);
+            reports.push(CommitError::check(report, &**envelope)?);
         }
         for (envelope, report) in self.pending.iter().zip(&mut reports) {
             let after = self
