@@ -197,11 +197,17 @@ impl HandlerError {
     }
 
     /// The messages of the error and of each of its sources, outermost first.
+    ///
+    /// A source whose message the previous one already includes (the common
+    /// `#[error("…: {0}")]` with `#[from]` pattern) is not repeated.
     pub fn chain(&self) -> Vec<String> {
         let mut out = vec![self.0.error.to_string()];
         let mut next = self.0.error.source();
         while let Some(e) = next {
-            out.push(e.to_string());
+            let message = e.to_string();
+            if !out.last().is_some_and(|last| last.contains(&message)) {
+                out.push(message);
+            }
             next = e.source();
         }
         out
@@ -230,5 +236,20 @@ impl fmt::Display for HandlerError {
             ErrorKind::Permanent => "permanent",
         };
         write!(f, "{kind} error: {}", self.chain().join(": "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::HandlerError;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("outer: {0}")]
+    struct Outer(#[from] std::io::Error);
+
+    #[test]
+    fn a_source_already_in_the_message_is_not_repeated() {
+        let e = HandlerError::from(Outer(std::io::Error::other("disk full")));
+        assert_eq!(e.chain(), ["outer: disk full"]);
     }
 }
