@@ -128,9 +128,9 @@
 //! the error chain) — so that replaying it after deploying code that knows the version
 //! succeeds.
 //!
-//! [`Catalog`] lists every registered (name, version) with its JSON Schema (for events that
-//! derive `schemars::JsonSchema`); [`CatalogCheck`] compares it with a committed snapshot under
-//! the Confluent Schema Registry compatibility modes ([`Compatibility`]), so that an
+//! [`schema::Catalog`] lists every registered (name, version) with its JSON Schema (for events that
+//! derive `schemars::JsonSchema`); [`schema::CatalogCheck`] compares it with a committed snapshot under
+//! the Confluent Schema Registry compatibility modes ([`schema::Compatibility`]), so that an
 //! incompatible change fails a test before it ships.
 //!
 //! # Start-up validation
@@ -164,38 +164,28 @@
 #![warn(missing_docs, unreachable_pub)]
 #![doc(test(attr(deny(warnings))))]
 
-mod catalog;
 #[cfg(feature = "cli")]
 pub mod cli;
-mod compat;
-mod dispatcher;
-mod guard;
+mod dispatch;
 mod outbox;
-mod registry;
-mod report;
-mod retry;
+pub mod schema;
 mod store;
-mod uow;
+pub mod transport;
 
-pub use catalog::{Catalog, CatalogCheck, CatalogError, CatalogReport, BLESS_VAR};
-pub use compat::{
-    check_catalog, check_schema, CatalogEntry, Compatibility, Direction, ParseCompatibilityError,
-    Rule, Violation,
+pub use dispatch::{
+    CommitError, Dispatch, DispatchError, DispatchReport, Dispatcher, DispatcherBuilder,
+    HandlerErrorSource, HandlerOutcome, Outcome, PanicMessage, Registry, RegistryBuilder,
+    RegistryError, UnitOfWork, DEFAULT_GUARD_CAPACITY,
 };
-pub use dispatcher::{Dispatch, DispatchError, Dispatcher, DispatcherBuilder};
-pub use guard::DEFAULT_GUARD_CAPACITY;
+pub use outbox::retry::RetryPolicy;
 pub use outbox::{
     BatchReport, CommitReport, FaultAction, FaultPoint, Outbox, OutboxBuilder, OutboxConfig,
     OutboxError, OutboxUnitOfWork, Workers,
 };
-pub use registry::{Registry, RegistryBuilder, RegistryError};
-pub use report::{DispatchReport, HandlerOutcome, Outcome, PanicMessage};
-pub use retry::RetryPolicy;
 pub use store::{
     AuditEntry, BackendKind, DeadLetter, DeadLetterFilter, HandlerStats, OutboxStats, Resolution,
     SqlValue, Store, StoreError, Tx,
 };
-pub use uow::{CommitError, HandlerErrorSource, UnitOfWork};
 
 /// Re-exported so that handlers can name `sqlx::SqliteConnection` / `sqlx::PgConnection`
 /// without a version mismatch.

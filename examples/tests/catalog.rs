@@ -18,9 +18,10 @@
 //!
 //! then commit the snapshot with the change.
 
-use event_runtime::{
-    Catalog, CatalogCheck, CatalogEntry, Compatibility, Direction, Registry, Rule, BLESS_VAR,
+use event_runtime::schema::{
+    Catalog, CatalogCheck, CatalogEntry, Compatibility, Direction, Rule, BLESS_VAR,
 };
+use event_runtime::Registry;
 use examples::orders::{
     self,
     domain::{LineAdded, OrderPlaced, OrderShipped},

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use event_core::{event_handler, DomainEvent, Envelope, HandlerError};
 use event_runtime::cli::{run_with_output, App};
-use event_runtime::{Catalog, CatalogCheck, Compatibility, Dispatcher, Outbox, Registry};
+use event_runtime::schema::{Catalog, CatalogCheck, Compatibility};
+use event_runtime::{Dispatcher, Outbox, Registry};
 
 /// Version 1 as it shipped (the snapshot is taken from it).
 mod shipped {

@@ -4,8 +4,8 @@
 use event_core::{AnyEnvelope, DeliveryMode, DomainEvent, Envelope, HandlerError};
 use uuid::Uuid;
 
-use crate::dispatcher::{Dispatcher, Phase};
-use crate::report::{DispatchReport, Outcome};
+use crate::dispatch::dispatcher::{Dispatcher, Phase};
+use crate::dispatch::report::{DispatchReport, Outcome};
 
 /// A commit was aborted because an `in_transaction` handler failed. No after-commit handler
 /// ran for any event of the unit of work.

@@ -15,7 +15,7 @@ use sqlx::AssertSqlSafe;
 use sqlx::Row;
 use uuid::Uuid;
 
-use crate::dispatcher::TransactionSource;
+use crate::dispatch::dispatcher::TransactionSource;
 
 #[cfg(not(any(feature = "sqlite", feature = "postgres")))]
 compile_error!("event-runtime needs at least one store feature: `sqlite` (default) or `postgres`");

@@ -2,6 +2,8 @@
 //! workers that claim, run, retry and dead-letter each (event, handler) pair. The SQL lives in
 //! `store`; the handler calls in `dispatcher`.
 
+pub(crate) mod retry;
+
 use std::any::TypeId;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -13,12 +15,12 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 use uuid::Uuid;
 
-use crate::dispatcher::{Dispatcher, DispatcherBuilder, Phase};
-use crate::registry::RegistryError;
-use crate::report::{DispatchReport, Outcome};
-use crate::retry::RetryPolicy;
+use crate::dispatch::dispatcher::{Dispatcher, DispatcherBuilder, Phase};
+use crate::dispatch::registry::RegistryError;
+use crate::dispatch::report::{DispatchReport, Outcome};
+use crate::dispatch::uow::CommitError;
+use crate::outbox::retry::RetryPolicy;
 use crate::store::{now_ms, Claimed, OutboxRow, Store, StoreError, Tx};
-use crate::uow::CommitError;
 
 /// Errors of the outbox runtime.
 #[derive(Debug, thiserror::Error)]

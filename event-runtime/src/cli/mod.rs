@@ -112,7 +112,7 @@ use clap::{ArgGroup, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use event_core::RawEnvelope;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::registry::Registry;
+use crate::dispatch::registry::Registry;
 use crate::store::{
     AuditEntry, DeadLetter, DeadLetterFilter, OutboxStats, Resolution, Store, StoreError,
 };

@@ -13,10 +13,10 @@ use event_core::{
 use futures_util::FutureExt;
 use smallvec::SmallVec;
 
-use crate::guard::{Admission, IdempotencyGuard, DEFAULT_GUARD_CAPACITY};
-use crate::registry::{Registry, RegistryBuilder, RegistryError, TypeIdMap};
-use crate::report::{DispatchReport, HandlerOutcome, Outcome, PanicMessage};
-use crate::uow::UnitOfWork;
+use crate::dispatch::guard::{Admission, IdempotencyGuard, DEFAULT_GUARD_CAPACITY};
+use crate::dispatch::registry::{Registry, RegistryBuilder, RegistryError, TypeIdMap};
+use crate::dispatch::report::{DispatchReport, HandlerOutcome, Outcome, PanicMessage};
+use crate::dispatch::uow::UnitOfWork;
 
 /// Which handlers of an event a dispatch runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::compat::{check_catalog, CatalogEntry, Compatibility, Violation};
-use crate::registry::Registry;
+use crate::dispatch::registry::Registry;
+use crate::schema::compat::{check_catalog, CatalogEntry, Compatibility, Violation};
 
 /// The environment variable that rewrites the snapshot on purpose: `EVENTS_CATALOG=bless`.
 pub const BLESS_VAR: &str = "EVENTS_CATALOG";
@@ -151,7 +151,7 @@ impl fmt::Display for CatalogReport {
 }
 
 /// Compares the current catalog with a committed snapshot under a compatibility mode, the
-/// Confluent Schema Registry definitions (see [`check_schema`](crate::check_schema)):
+/// Confluent Schema Registry definitions (see [`check_schema`](crate::schema::check_schema)):
 /// BACKWARD by default, overridable per event name.
 ///
 /// Meant for a test of the application, so that an incompatible change fails the build before
@@ -159,7 +159,8 @@ impl fmt::Display for CatalogReport {
 ///
 /// ```no_run
 /// # fn main() {
-/// use event_runtime::{CatalogCheck, Compatibility, Registry};
+/// use event_runtime::schema::{CatalogCheck, Compatibility};
+/// use event_runtime::Registry;
 ///
 /// let registry = Registry::from_inventory().build().unwrap();
 /// CatalogCheck::new(concat!(env!("CARGO_MANIFEST_DIR"), "/events.catalog.json"))

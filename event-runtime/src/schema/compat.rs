@@ -255,7 +255,7 @@ pub struct CatalogEntry {
 /// example `"order.placed v1"`).
 ///
 /// ```
-/// use event_runtime::{check_schema, Compatibility, Direction, Rule};
+/// use event_runtime::schema::{check_schema, Compatibility, Direction, Rule};
 /// use schemars::JsonSchema;
 /// use serde::Deserialize;
 ///
