@@ -472,5 +472,50 @@ pub fn check_catalog(
     out
 }
 
+// The rules themselves are tested by the old/new fixture files under
+// `tests/fixtures/compat/`, run by `tests/compat_fixtures.rs`.
 #[cfg(test)]
-mod tests;
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn compatibility_parses_displays_and_serializes() {
+        for (text, mode) in [
+            ("BACKWARD", Compatibility::Backward),
+            ("forward", Compatibility::Forward),
+            ("Full", Compatibility::Full),
+            ("none", Compatibility::None),
+        ] {
+            assert_eq!(text.parse::<Compatibility>().unwrap(), mode);
+            assert_eq!(mode.to_string(), text.to_ascii_uppercase());
+            assert_eq!(
+                serde_json::to_value(mode).unwrap(),
+                json!(text.to_ascii_uppercase())
+            );
+            assert_eq!(
+                serde_json::from_value::<Compatibility>(json!(text)).unwrap(),
+                mode
+            );
+        }
+        assert!("sideways".parse::<Compatibility>().is_err());
+        assert!(serde_json::from_value::<Compatibility>(json!("sideways")).is_err());
+        assert_eq!(Compatibility::default(), Compatibility::Backward);
+    }
+
+    #[test]
+    fn a_root_violation_displays_without_a_field() {
+        let root = Violation {
+            event: "e v1".into(),
+            field: String::new(),
+            direction: Direction::Backward,
+            rule: Rule::VersionRemoved,
+            message: "gone".into(),
+        };
+        assert_eq!(
+            root.to_string(),
+            "e v1: root: BACKWARD VersionRemoved: gone"
+        );
+    }
+}
