@@ -15,10 +15,11 @@
 //! recursive types. No maintained Rust crate answers that question. The schema diff crates list
 //! keyword changes between the two documents side by side (json-schema-diff calls itself a
 //! best-effort, work-in-progress draft-07 diff; vld's `diff` compares `anyOf` branches by
-//! position and `$ref` targets by name), so a reordered or renamed variant looks like a break
-//! and a change behind a `$ref` can go unseen; validators such as `jsonschema` check a value
-//! against a schema, not a schema against a schema; and Confluent's own checker is Java inside
-//! the Schema Registry. Hence `can_read(reader, writer)`, written against what `schemars` emits.
+//! position and `$ref` targets by name), so a reordered variant or a renamed definition reads
+//! as a break, and what breaks is judged by JSON Schema validation, not by how `serde` reads;
+//! validators such as `jsonschema` check a value against a schema, not a schema against a
+//! schema; and Confluent's own checker is Java inside the Schema Registry. Hence
+//! `can_read(reader, writer)`, written against what `schemars` emits.
 //!
 //! # Layout
 //! [`check_schema`] asks `checker::can_read` once per direction. The walk normalises each side
