@@ -198,19 +198,52 @@ impl HandlerError {
 
     /// The messages of the error and of each of its sources, outermost first.
     ///
-    /// A source whose message the previous one already includes (the common
-    /// `#[error("…: {0}")]` with `#[from]` pattern) is not repeated.
+    /// Errors are expected to follow the convention of `std::error::Error` (and of thiserror
+    /// and anyhow): `Display` says what failed at its own level and leaves the cause to
+    /// `source()`. An error whose message repeats its source's shows the cause twice here.
     pub fn chain(&self) -> Vec<String> {
         let mut out = vec![self.0.error.to_string()];
         let mut next = self.0.error.source();
         while let Some(e) = next {
-            let message = e.to_string();
-            if !out.last().is_some_and(|last| last.contains(&message)) {
-                out.push(message);
-            }
+            out.push(e.to_string());
             next = e.source();
         }
         out
+    }
+}
+
+/// Displays an error and each of its sources, outermost first, joined by `": "` — how logs,
+/// dead letters and the `events` tool print an error, so that no cause is lost and none is
+/// printed twice (given errors whose `Display` does not repeat their `source()`).
+///
+/// ```
+/// use event_core::ErrorChain;
+///
+/// #[derive(Debug, thiserror::Error)]
+/// #[error("loading order A-1 failed")]
+/// struct Load(#[source] std::io::Error);
+///
+/// let e = Load(std::io::Error::other("disk full"));
+/// assert_eq!(ErrorChain(&e).to_string(), "loading order A-1 failed: disk full");
+/// ```
+#[derive(Clone, Copy)]
+pub struct ErrorChain<'a>(pub &'a (dyn StdError + 'static));
+
+impl fmt::Display for ErrorChain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut next = self.0.source();
+        while let Some(e) = next {
+            write!(f, ": {e}")?;
+            next = e.source();
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for ErrorChain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
     }
 }
 
@@ -244,12 +277,12 @@ mod tests {
     use super::HandlerError;
 
     #[derive(Debug, thiserror::Error)]
-    #[error("outer: {0}")]
+    #[error("outer")]
     struct Outer(#[from] std::io::Error);
 
     #[test]
-    fn a_source_already_in_the_message_is_not_repeated() {
+    fn the_chain_lists_each_cause_once() {
         let e = HandlerError::from(Outer(std::io::Error::other("disk full")));
-        assert_eq!(e.chain(), ["outer: disk full"]);
+        assert_eq!(e.chain(), ["outer", "disk full"]);
     }
 }

@@ -79,7 +79,7 @@ mod recorder;
 mod upcast;
 
 pub use envelope::{AnyEnvelope, Envelope, Headers, Metadata, RawEnvelope, DEFAULT_SOURCE};
-pub use error::{DecodeError, ErrorKind, HandlerError, HeaderError};
+pub use error::{DecodeError, ErrorChain, ErrorKind, HandlerError, HeaderError};
 pub use event::{check_event_name, DomainEvent, EventDescriptor};
 pub use handler::{
     DeliveryMode, EventArg, Handler, HandlerCall, HandlerContext, HandlerDescriptor, HandlerFuture,

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use event_core::{event_handler, DomainEvent, Envelope};
-use event_runtime::{Dispatcher, Outbox, OutboxConfig, Store, Tx};
+use event_runtime::{Dispatcher, Outbox, OutboxConfig, Store};
 use serde::{Deserialize, Serialize};
 use tokio::runtime::Runtime;
 use uuid::Uuid;
@@ -80,7 +80,7 @@ async fn raw_insert(store: &Store, n: usize) {
                     .push_bind(now)
                     .push_bind(json.clone());
             });
-            qb.build().execute(&mut **$t).await.unwrap();
+            qb.build().execute(&mut *$t).await.unwrap();
             let mut qb = sqlx::QueryBuilder::new(
                 "INSERT INTO event_deliveries (handler, event_id, aggregate_type, aggregate_id, sequence, next_attempt_at, created_at) ",
             );
@@ -93,15 +93,16 @@ async fn raw_insert(store: &Store, n: usize) {
                     .push_bind(now)
                     .push_bind(now);
             });
-            qb.build().execute(&mut **$t).await.unwrap();
+            qb.build().execute(&mut *$t).await.unwrap();
         }};
     }
-    match &mut tx {
-        Tx::Sqlite(t) => insert!(t),
+    if let Some(t) = tx.sqlite() {
+        insert!(t)
+    } else {
         #[cfg(feature = "postgres")]
-        Tx::Postgres(t) => insert!(t),
-        #[allow(unreachable_patterns)]
-        _ => unreachable!(),
+        if let Some(t) = tx.postgres() {
+            insert!(t)
+        }
     }
     tx.commit().await.unwrap();
 }

@@ -162,14 +162,19 @@
 //! [`Dispatcher::builder_empty`], [`DispatcherBuilder::event`] and
 //! [`DispatcherBuilder::handler`].
 #![warn(missing_docs, unreachable_pub)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![doc(test(attr(deny(warnings))))]
 
 #[cfg(feature = "cli")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cli")))]
 pub mod cli;
 mod dispatch;
 mod outbox;
 pub mod schema;
-mod store;
+pub mod store;
+#[cfg(feature = "fault-injection")]
+#[cfg_attr(docsrs, doc(cfg(feature = "fault-injection")))]
+pub mod testing;
 pub mod transport;
 
 pub use dispatch::{
@@ -179,13 +184,16 @@ pub use dispatch::{
 };
 pub use outbox::retry::RetryPolicy;
 pub use outbox::{
-    BatchReport, CommitReport, FaultAction, FaultPoint, Outbox, OutboxBuilder, OutboxConfig,
-    OutboxError, OutboxUnitOfWork, Workers,
+    BatchReport, Clock, CommitReport, ConfigError, Delivery, DeliveryError, Destination,
+    HandlerOptions, Outbox, OutboxBuilder, OutboxConfig, OutboxError, OutboxUnitOfWork, Routing,
+    SystemClock, Workers, MAX_ERROR_BYTES, MIN_LEASE,
 };
 pub use store::{
-    AuditEntry, BackendKind, DeadLetter, DeadLetterFilter, HandlerStats, OutboxStats, Resolution,
-    SqlValue, Store, StoreError, Tx,
+    AuditEntry, ConnectOptions, DeadLetter, DeadLetterFilter, DeadLetterReason, HandlerStats,
+    OutboxStats, PausedDestination, Resolution, SqlValue, Store, StoreError, Tx,
 };
+/// Re-exported: the token [`Outbox::spawn_workers_with`] stops on.
+pub use tokio_util::sync::CancellationToken;
 
 /// Re-exported so that handlers can name `sqlx::SqliteConnection` / `sqlx::PgConnection`
 /// without a version mismatch.

@@ -638,7 +638,7 @@ async fn bad_input_is_one_line_error() {
     #[cfg(feature = "postgres")]
     failed(
         &r,
-        "cannot open database postgres://postgres@127.0.0.1:1/none: database error",
+        "cannot open database postgres://postgres@127.0.0.1:1/none: cannot reach the database at postgres://postgres@127.0.0.1:1/none: Connection refused",
     );
     #[cfg(not(feature = "postgres"))]
     failed(&r, "this build has no PostgreSQL support");
@@ -673,7 +673,7 @@ async fn bad_input_is_one_line_error() {
 
     failed(
         &db.cli(&["--schema", "s", "outbox", "stats"]).await,
-        "--schema applies to PostgreSQL databases only",
+        "the schema option does not apply to the sqlite backend",
     );
 
     if std::env::var_os(event_runtime::cli::DATABASE_ENV).is_none() {

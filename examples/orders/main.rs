@@ -29,7 +29,7 @@ async fn main() -> ExitCode {
     let report = match orders::run(&args).await {
         Ok(report) => report,
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", event_core::ErrorChain(&e));
             return ExitCode::FAILURE;
         }
     };
@@ -57,7 +57,7 @@ async fn events(argv: Vec<std::ffi::OsString>) -> ExitCode {
     let registry = match orders::registry() {
         Ok(registry) => registry,
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", event_core::ErrorChain(&e));
             return ExitCode::FAILURE;
         }
     };

@@ -13,8 +13,8 @@ use std::time::Duration;
 use common::{databases, Db};
 use event_core::{event_handler, DomainEvent, Envelope, EventRecorder, HandlerError};
 use event_runtime::{
-    BackendKind, Dispatcher, FaultAction, FaultPoint, Outbox, OutboxConfig, OutboxError, SqlValue,
-    Store, Tx,
+    testing::{FaultAction, FaultPoint},
+    Dispatcher, Outbox, OutboxConfig, OutboxError, SqlValue, Store, Tx,
 };
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -56,7 +56,7 @@ async fn setup(store: &Store) {
 
 fn config() -> OutboxConfig {
     OutboxConfig {
-        lease: Duration::from_millis(300),
+        lease: Duration::from_secs(1),
         batch_size: 4,
         ..OutboxConfig::default()
     }
@@ -197,7 +197,7 @@ async fn run(test: &str, point: FaultPoint) {
                 url: fresh.0,
                 schema: fresh.1,
             };
-            assert_eq!(db.open().await.kind(), BackendKind::Postgres);
+            assert_eq!(db.open().await.backend_name(), "postgres");
             crash_and_recover(&db, point, FaultAction::DropConnection).await;
         }
     }

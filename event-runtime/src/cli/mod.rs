@@ -114,7 +114,8 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::dispatch::registry::Registry;
 use crate::store::{
-    AuditEntry, DeadLetter, DeadLetterFilter, OutboxStats, Resolution, Store, StoreError,
+    AuditEntry, ConnectOptions, DeadLetter, DeadLetterFilter, OutboxStats, Resolution, Store,
+    StoreError,
 };
 
 /// The environment variable read when `--database` is not given.
@@ -181,19 +182,9 @@ pub enum CliError {
     /// No database was named.
     #[error("no database: pass --database URL (sqlite://PATH or postgres://USER@HOST/DB) or set {DATABASE_ENV}")]
     NoDatabase,
-    /// The SQLite file does not exist (the tool does not create databases).
-    #[error("database file {0} does not exist")]
-    NoSuchFile(String),
-    /// The URL names no supported backend.
-    #[error("unsupported database URL {url}: {hint}")]
-    UnsupportedUrl {
-        /// The URL, password masked.
-        url: String,
-        /// What would work.
-        hint: &'static str,
-    },
-    /// Connecting or migrating failed.
-    #[error("cannot open database {url}: {source}")]
+    /// Opening the outbox failed (the database is unreachable, does not exist, or holds no
+    /// outbox): the source says why.
+    #[error("cannot open database {url}")]
     Connect {
         /// The URL, password masked.
         url: String,
@@ -230,7 +221,7 @@ pub enum CliError {
     #[error("{0} pending deliveries cannot be handled by this application (listed above)")]
     CheckFailed(usize),
     /// Writing the output failed.
-    #[error("writing output: {0}")]
+    #[error("writing output failed")]
     Output(#[from] io::Error),
 }
 
@@ -474,7 +465,7 @@ where
         // `events dlq list | head`: the reader has gone, which is not a failure.
         Err(CliError::Output(e)) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
         Err(e) => {
-            let _ = writeln!(io.err, "error: {e}");
+            let _ = writeln!(io.err, "error: {}", event_core::ErrorChain(&e));
             let _ = io.err.flush();
             e.exit_code()
         }
@@ -558,42 +549,13 @@ impl Target<'_> {
             },
         };
         let shown = redact(&url);
-        let postgres = url.starts_with("postgres://") || url.starts_with("postgresql://");
-        if url.starts_with("sqlite:") {
-            if self.schema.is_some() {
-                return Err(CliError::Refused(
-                    "--schema applies to PostgreSQL databases only".into(),
-                ));
-            }
-            if let Some(path) = sqlite_file(&url) {
-                if !std::path::Path::new(path).exists() {
-                    return Err(CliError::NoSuchFile(path.to_owned()));
-                }
-            }
-        } else if !postgres {
-            return Err(CliError::UnsupportedUrl {
-                url: shown,
-                hint: "expected sqlite://PATH or postgres://USER@HOST/DB",
-            });
-        } else if cfg!(not(feature = "postgres")) {
-            return Err(CliError::UnsupportedUrl {
-                url: shown,
-                hint: "this build has no PostgreSQL support: enable the `postgres` feature of event-runtime",
-            });
-        }
-        let connect = async {
-            // The pool retries a refused connection until its acquire timeout; one plain
-            // connection first turns "server down" into an immediate error with its cause.
-            #[cfg(feature = "postgres")]
-            if postgres {
-                let conn = <sqlx::PgConnection as sqlx::Connection>::connect(&url).await?;
-                let _ = sqlx::Connection::close(conn).await;
-            }
-            // Operations never create or migrate anything: a mistyped URL or schema is an error,
-            // not an empty outbox.
-            Store::open(&url, self.schema.as_deref()).await
-        };
-        match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
+        // Operations never create or migrate anything: a mistyped URL or schema is an error,
+        // not an empty outbox.
+        let mut options = ConnectOptions::default()
+            .create(false)
+            .connect_timeout(CONNECT_TIMEOUT);
+        options.schema = self.schema.clone();
+        match tokio::time::timeout(CONNECT_TIMEOUT, Store::connect_with(&url, &options)).await {
             Ok(Ok(store)) => Ok(store),
             Ok(Err(source)) => Err(CliError::Connect { url: shown, source }),
             Err(_) => Err(CliError::ConnectTimeout {
@@ -604,45 +566,9 @@ impl Target<'_> {
     }
 }
 
-/// The file of an SQLite URL, or `None` for an in-memory database or one the URL asks to be
-/// created (`mode=rwc`).
-fn sqlite_file(url: &str) -> Option<&str> {
-    let rest = url
-        .strip_prefix("sqlite://")
-        .or_else(|| url.strip_prefix("sqlite:"))?;
-    let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
-    if path.is_empty()
-        || path == ":memory:"
-        || query
-            .split('&')
-            .any(|p| p == "mode=memory" || p == "mode=rwc")
-    {
-        return None;
-    }
-    Some(path)
-}
-
 /// The URL with its password masked, for messages.
 fn redact(url: &str) -> String {
-    let Some(start) = url.find("://").map(|i| i + 3) else {
-        return url.to_owned();
-    };
-    let end = url[start..]
-        .find(['/', '?'])
-        .map_or(url.len(), |i| start + i);
-    let authority = &url[start..end];
-    match authority.rfind('@') {
-        Some(at) => match authority[..at].find(':') {
-            Some(colon) => format!(
-                "{}{}:***{}",
-                &url[..start],
-                &authority[..colon],
-                &url[start + at..]
-            ),
-            None => url.to_owned(),
-        },
-        None => url.to_owned(),
-    }
+    crate::store::redact(url)
 }
 
 // ---- dlq list / show -------------------------------------------------------------------------
@@ -703,7 +629,7 @@ async fn dlq_list(store: &Store, args: ListArgs, io: &mut Io<'_>) -> Result<(), 
             d.event_id.to_string(),
             d.handler.clone(),
             d.attempts.to_string(),
-            d.reason.clone(),
+            d.reason.to_string(),
             truncate(&one_line(&d.error_chain.join(": ")), 60),
             time(d.dead_at),
         ]);
@@ -730,7 +656,7 @@ async fn dlq_show(store: &Store, id: i64, json: bool, io: &mut Io<'_>) -> Result
     field("event id", &d.event_id.to_string());
     field("handler", &d.handler);
     field("attempts", &d.attempts.to_string());
-    field("reason", &d.reason);
+    field("reason", d.reason.as_str());
     field("first failed", &time_ms(d.first_failed_at));
     field("last failed", &time_ms(d.last_failed_at));
     field("dead at", &time_ms(d.dead_at));
@@ -1223,27 +1149,6 @@ impl Table {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn redacts_passwords() {
-        assert_eq!(
-            redact("postgres://app:s3cret@db:5432/orders?sslmode=require"),
-            "postgres://app:***@db:5432/orders?sslmode=require"
-        );
-        assert_eq!(
-            redact("postgres://app@db/orders"),
-            "postgres://app@db/orders"
-        );
-        assert_eq!(redact("sqlite://orders.db"), "sqlite://orders.db");
-    }
-
-    #[test]
-    fn sqlite_files() {
-        assert_eq!(sqlite_file("sqlite://orders.db"), Some("orders.db"));
-        assert_eq!(sqlite_file("sqlite:///var/x.db?mode=ro"), Some("/var/x.db"));
-        assert_eq!(sqlite_file("sqlite::memory:"), None);
-        assert_eq!(sqlite_file("sqlite://x.db?mode=rwc"), None);
-    }
 
     #[test]
     fn times() {

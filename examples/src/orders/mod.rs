@@ -174,7 +174,7 @@ pub enum RunError {
     #[error("{0}")]
     Usage(String),
     /// The database could not be opened or migrated.
-    #[error("cannot open database {url}: {source}")]
+    #[error("cannot open database {url}")]
     Open {
         /// The URL, password masked.
         url: String,
@@ -183,11 +183,11 @@ pub enum RunError {
         source: StoreError,
     },
     /// The outbox refused its configuration or its handlers at start-up.
-    #[error("cannot start the outbox: {0}")]
+    #[error("cannot start the outbox")]
     Start(#[source] OutboxError),
     /// A command's unit of work failed (an in-transaction handler refused an event, or the
     /// database failed): nothing of it was written.
-    #[error("{path}:{line}: {source}")]
+    #[error("{}:{line}: the command's unit of work failed", path.display())]
     Commit {
         /// The input file.
         path: PathBuf,
@@ -198,7 +198,7 @@ pub enum RunError {
         source: Box<OutboxError>,
     },
     /// An order could not ship with the ship date and mode of its first row.
-    #[error("{path}:{line}: {source}")]
+    #[error("{}:{line}: the order cannot ship", path.display())]
     Ship {
         /// The input file.
         path: PathBuf,
@@ -209,7 +209,7 @@ pub enum RunError {
         source: Box<OrderError>,
     },
     /// Another process changed an order while this one imported a row of it.
-    #[error("{path}:{line}: order {order_id} was changed by another process meanwhile; run again")]
+    #[error("{}:{line}: order {order_id} was changed by another process meanwhile; run again", path.display())]
     Conflict {
         /// The input file.
         path: PathBuf,
@@ -219,7 +219,7 @@ pub enum RunError {
         order_id: String,
     },
     /// An envelope could not be encoded for redelivery.
-    #[error("cannot encode event `{event}` for redelivery: {source}")]
+    #[error("cannot encode event `{event}` for redelivery")]
     Encode {
         /// The event name.
         event: &'static str,
@@ -228,14 +228,14 @@ pub enum RunError {
         source: serde_json::Error,
     },
     /// An envelope kept for redelivery could not be decoded again.
-    #[error("cannot decode an envelope for redelivery: {0}")]
+    #[error("cannot decode an envelope for redelivery")]
     Redeliver(#[from] DecodeError),
     /// Delivering the events failed (the database failed; what was committed stays, and the
     /// next run delivers it).
-    #[error("delivery failed: {0}")]
+    #[error("delivery failed")]
     Deliver(#[source] OutboxError),
     /// Reading the totals back failed.
-    #[error("cannot read the projections: {0}")]
+    #[error("cannot read the projections")]
     Read(#[source] StoreError),
 }
 
@@ -882,9 +882,9 @@ impl Delivery {
             Ok(r) => r.map_err(RunError::Deliver)?,
             Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
             Err(e) => {
-                return Err(RunError::Deliver(OutboxError::Config(format!(
+                return Err(RunError::Usage(format!(
                     "the delivery task ended early: {e}"
-                ))))
+                )))
             }
         };
         let r = self
@@ -958,7 +958,7 @@ fn report(
     let mut dead_letters: BTreeMap<(String, String), u64> = BTreeMap::new();
     for d in &m.dead_letters {
         *dead_letters
-            .entry((d.handler.clone(), d.reason.clone()))
+            .entry((d.handler.clone(), d.reason.to_string()))
             .or_default() += 1;
     }
     let projection_dead_letters = m

@@ -28,20 +28,19 @@ use rust_decimal::Decimal;
 /// [`Tx::execute`](event_runtime::Tx::execute) and `fetch_i64` do not cover (rows of several
 /// columns, text). The body is compiled once per backend.
 macro_rules! on_conn {
-    ($tx:expr, |$c:ident| $body:expr) => {
-        match $tx {
-            event_runtime::Tx::Sqlite(t) => {
-                let $c: &mut event_runtime::sqlx::SqliteConnection = &mut **t;
-                $body
-            }
-            event_runtime::Tx::Postgres(t) => {
-                let $c: &mut event_runtime::sqlx::PgConnection = &mut **t;
-                $body
-            }
-            // `Tx` is non-exhaustive; both of its backends are enabled in this crate.
-            _ => unreachable!("event-runtime has no other store backend"),
+    ($tx:expr, |$c:ident| $body:expr) => {{
+        let tx: &mut event_runtime::Tx = $tx;
+        if tx.sqlite().is_some() {
+            let $c: &mut event_runtime::sqlx::SqliteConnection =
+                tx.sqlite().expect("checked above");
+            $body
+        } else {
+            let $c: &mut event_runtime::sqlx::PgConnection = tx
+                .postgres()
+                .expect("event-runtime has no other store backend");
+            $body
         }
-    };
+    }};
 }
 pub(crate) use on_conn;
 

@@ -1,0 +1,180 @@
+//! The store-backed unit of work: the events of one command committed in one transaction
+//! with the application's writes, their in-transaction handlers, and their delivery rows.
+//! Delivers nothing: workers do, after COMMIT.
+
+use event_core::{AnyEnvelope, DeliveryMode, DomainEvent, Envelope};
+
+use super::{Outbox, OutboxError};
+use crate::dispatch::dispatcher::Phase;
+use crate::dispatch::{CommitError, DispatchReport};
+use crate::store::backend::NewEvent;
+use crate::store::Tx;
+
+/// What a unit of work's commit did.
+#[derive(Debug, Default)]
+#[non_exhaustive]
+pub struct CommitReport {
+    /// Events written to the outbox.
+    pub appended: usize,
+    /// Events skipped because their id was already in the outbox.
+    pub duplicates: usize,
+    /// The in-transaction handlers' outcomes, one report per appended event.
+    pub in_transaction: Vec<DispatchReport>,
+}
+
+/// The events of one command and the store transaction that carries them and the
+/// application's own writes.
+///
+/// [`commit`](Self::commit): 1. appends one outbox row per event (an id already present is
+/// skipped whole); 2. runs the `in_transaction` handlers of the new events inside the
+/// transaction — an error rolls everything back; 3. writes one delivery row per (event,
+/// destination); 4. COMMITs. No after-commit handler runs, and nothing leaves the process,
+/// before COMMIT. Dropping the unit of work without committing rolls back.
+#[derive(Debug)]
+pub struct OutboxUnitOfWork<'o> {
+    outbox: &'o Outbox,
+    tx: Option<Tx>,
+    pending: Vec<Box<dyn AnyEnvelope>>,
+}
+
+impl<'o> OutboxUnitOfWork<'o> {
+    pub(crate) fn new(outbox: &'o Outbox, tx: Tx) -> Self {
+        OutboxUnitOfWork {
+            outbox,
+            tx: Some(tx),
+            pending: Vec::new(),
+        }
+    }
+
+    /// The open transaction, for the application's own writes.
+    pub fn tx(&mut self) -> &mut Tx {
+        self.tx
+            .as_mut()
+            .expect("the transaction is taken only by commit, which consumes the unit of work")
+    }
+
+    /// Adds one envelope.
+    pub fn add<E: DomainEvent>(&mut self, envelope: Envelope<E>) {
+        self.pending.push(Box::new(envelope));
+    }
+
+    /// Adds envelopes taken from a recorder.
+    pub fn extend(&mut self, envelopes: impl IntoIterator<Item = Box<dyn AnyEnvelope>>) {
+        self.pending.extend(envelopes);
+    }
+
+    /// The envelopes added so far.
+    pub fn pending(&self) -> &[Box<dyn AnyEnvelope>] {
+        &self.pending
+    }
+
+    /// Rolls back.
+    ///
+    /// # Errors
+    /// [`OutboxError::Store`] when the connection was lost (the database rolls back anyway).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropped, the transaction is rolled back all the same.
+    pub async fn rollback(mut self) -> Result<(), OutboxError> {
+        if let Some(tx) = self.tx.take() {
+            tx.rollback().await?;
+        }
+        Ok(())
+    }
+
+    /// Commits: appends the events to the outbox, runs the in-transaction handlers of the
+    /// events that were new, writes their delivery rows, and COMMITs — all in the one
+    /// transaction. An event whose id is already in the outbox (a retried command, a
+    /// redelivered message) is skipped whole: no in-transaction handler, no delivery, no second
+    /// effect.
+    ///
+    /// # Errors
+    /// [`OutboxError::Aborted`] when an in-transaction handler failed or panicked (rolled
+    /// back); [`OutboxError::Encode`] when a payload cannot be serialised, or
+    /// [`OutboxError::TooLarge`] when an envelope exceeds the size limit (rolled back);
+    /// [`OutboxError::Store`] — [`StoreError::Conflict`](crate::StoreError::Conflict) naming
+    /// the event whose (aggregate, sequence) another commit already recorded,
+    /// [`StoreError::SequenceOutOfRange`](crate::StoreError::SequenceOutOfRange) for a
+    /// sequence above `i64::MAX`, or a database failure (rolled back).
+    ///
+    /// # Cancel safety
+    /// Not cancel safe once COMMIT is sent: dropped then, the transaction may or may not have
+    /// committed (reload to know). Dropped before, everything is rolled back.
+    pub async fn commit(mut self) -> Result<CommitReport, OutboxError> {
+        let outbox = self.outbox;
+        let inner = &*outbox.inner;
+        let mut tx = self.tx.take().expect("commit takes the transaction once");
+        let mut rows = Vec::with_capacity(self.pending.len());
+        for envelope in &mut self.pending {
+            if let Some(source) = &inner.config.source {
+                if envelope.metadata().source == event_core::DEFAULT_SOURCE {
+                    envelope.metadata_mut().source = source.clone();
+                }
+            }
+            let meta = envelope.metadata();
+            let json = envelope.to_json().map_err(|source| OutboxError::Encode {
+                event_id: meta.id,
+                name: envelope.name(),
+                source,
+            })?;
+            let limit = inner.config.max_envelope_bytes;
+            if json.len() > limit {
+                return Err(OutboxError::TooLarge {
+                    event_id: meta.id,
+                    name: envelope.name(),
+                    bytes: json.len(),
+                    limit,
+                });
+            }
+            rows.push(NewEvent {
+                event_id: meta.id,
+                name: envelope.name().to_owned(),
+                version: envelope.version(),
+                aggregate_type: meta.aggregate_type.clone(),
+                aggregate_id: meta.aggregate_id.clone(),
+                sequence: meta.sequence,
+                occurred_at: meta.occurred_at.timestamp_millis(),
+                envelope: json,
+                routes: inner
+                    .routes
+                    .get(&envelope.event_type_id())
+                    .cloned()
+                    .unwrap_or_default(),
+            });
+        }
+        let now = inner.clock.now_ms();
+        let new_ids = tx.backend().append_events(&rows, now).await?;
+        let mut report = CommitReport::default();
+        let mut new_rows = Vec::with_capacity(new_ids.len());
+        for (envelope, row) in self.pending.iter().zip(&rows) {
+            if !new_ids.contains(&row.event_id) {
+                report.duplicates += 1;
+                continue;
+            }
+            new_rows.push(row);
+            let dispatched = inner
+                .dispatcher
+                .dispatch_phase(
+                    &**envelope,
+                    Phase::Only(DeliveryMode::InTransaction),
+                    Some(&mut tx),
+                )
+                .await;
+            let dispatched = match CommitError::check(dispatched, &**envelope) {
+                Ok(report) => report,
+                Err(e) => {
+                    tx.rollback().await?;
+                    return Err(OutboxError::Aborted(Box::new(e)));
+                }
+            };
+            report.in_transaction.push(dispatched);
+        }
+        report.appended = new_rows.len();
+        tx.backend().insert_deliveries(&new_rows, now).await?;
+        let tx = fault!(outbox, BeforeCommit, tx);
+        tx.commit().await?;
+        fault!(outbox, AfterCommit);
+        inner.wake.notify_waiters();
+        Ok(report)
+    }
+}

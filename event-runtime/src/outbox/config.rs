@@ -1,0 +1,139 @@
+//! The outbox's tuning ([`OutboxConfig`]) and its validation at start-up. Plain data: the
+//! engine reads it, nothing here runs.
+
+use std::time::Duration;
+
+use super::error::ConfigError;
+use super::retry::RetryPolicy;
+
+/// The shortest lease [`OutboxConfig::lease`] accepts.
+pub const MIN_LEASE: Duration = Duration::from_secs(1);
+
+/// Tuning of delivery.
+#[derive(Debug, Clone)]
+pub struct OutboxConfig {
+    /// Deliveries claimed at once by a worker, shared by the runs of one claim (default 128).
+    pub batch_size: u32,
+    /// How long a worker's lease lasts unless renewed (default 10 s, at least [`MIN_LEASE`]).
+    ///
+    /// A live worker renews its lease every `lease / 3` from a connection of its own (the
+    /// renewal touches only the worker's lease row, never a delivery row, so it never waits
+    /// on the worker's own batch transaction). A worker that dies stops renewing, and its
+    /// deliveries are claimed again by another worker at most `lease` later. Every outcome is
+    /// recorded only if the delivery is still leased to the worker's token, so a worker that
+    /// was taken over (paused, partitioned) changes nothing; only the deliveries another
+    /// worker took over are undone.
+    ///
+    /// Leases are stamped by the clock of the process that writes them and compared with the
+    /// clock of the process that claims: they tolerate a clock skew between worker hosts of up
+    /// to `lease / 3` (a renewal is at most that old). Run NTP (skew of milliseconds); raise
+    /// the lease on hosts whose clocks may drift further.
+    pub lease: Duration,
+    /// How long an idle worker waits before looking again, unless woken by a commit in this
+    /// process (default 250 ms).
+    pub poll_interval: Duration,
+    /// The retry policy of destinations without their own (default [`RetryPolicy::default`]).
+    pub retry: RetryPolicy,
+    /// The time limit of one handler run or one external delivery, unless the destination
+    /// has its own (default 30 s). A run that exceeds it is a transient failure, retried with
+    /// backoff. For a handler that takes the transaction the limit also stops a statement it
+    /// left running in the database (PostgreSQL `statement_timeout`, SQLite's progress
+    /// handler).
+    pub handler_timeout: Duration,
+    /// Runs of handlers that take no transaction (and of transports' relays) delivered at
+    /// once by one worker, across aggregates (default 16). One aggregate's run is always
+    /// delivered in order, one delivery at a time.
+    pub concurrency: usize,
+    /// How long completed deliveries are kept (default 7 days). Must exceed the longest retry
+    /// horizon.
+    pub retention: Duration,
+    /// How often a worker purges completed deliveries (default 60 s).
+    pub retention_interval: Duration,
+    /// Rows deleted per purge statement (default 1,000).
+    pub retention_batch: u32,
+    /// The CloudEvents `source` written on envelopes that still have the default.
+    pub source: Option<String>,
+    /// The largest envelope a commit accepts, in bytes of its JSON text (default 1 MiB, as
+    /// NATS's default maximum payload). A larger one fails the commit with
+    /// [`OutboxError::TooLarge`](crate::OutboxError::TooLarge) before anything is written.
+    pub max_envelope_bytes: usize,
+}
+
+impl Default for OutboxConfig {
+    fn default() -> Self {
+        OutboxConfig {
+            batch_size: 128,
+            lease: Duration::from_secs(10),
+            poll_interval: Duration::from_millis(250),
+            retry: RetryPolicy::default(),
+            handler_timeout: Duration::from_secs(30),
+            concurrency: 16,
+            retention: Duration::from_secs(7 * 24 * 3600),
+            retention_interval: Duration::from_secs(60),
+            retention_batch: 1_000,
+            source: None,
+            max_envelope_bytes: 1 << 20,
+        }
+    }
+}
+
+impl OutboxConfig {
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        for (field, zero) in [
+            ("batch_size", self.batch_size == 0),
+            ("poll_interval", self.poll_interval.is_zero()),
+            ("handler_timeout", self.handler_timeout.is_zero()),
+            ("concurrency", self.concurrency == 0),
+            ("retention_batch", self.retention_batch == 0),
+        ] {
+            if zero {
+                return Err(ConfigError::NotPositive { field });
+            }
+        }
+        if self.lease < MIN_LEASE {
+            return Err(ConfigError::LeaseTooShort {
+                lease: self.lease,
+                min: MIN_LEASE,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// What one destination overrides of [`OutboxConfig`] (set with
+/// [`OutboxBuilder::handler_options`](crate::OutboxBuilder::handler_options)).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HandlerOptions {
+    /// Its retry policy.
+    pub retry: Option<RetryPolicy>,
+    /// Its time limit per run.
+    pub timeout: Option<Duration>,
+    /// How many of its runs one worker delivers at once (handlers without a transaction and
+    /// relays).
+    pub concurrency: Option<usize>,
+}
+
+impl HandlerOptions {
+    /// No overrides.
+    pub fn new() -> Self {
+        HandlerOptions::default()
+    }
+
+    /// With a retry policy.
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.retry = Some(policy);
+        self
+    }
+
+    /// With a time limit per run.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// With a concurrency limit per worker.
+    pub fn concurrency(mut self, runs: usize) -> Self {
+        self.concurrency = Some(runs);
+        self
+    }
+}

@@ -1,0 +1,150 @@
+//! The destination boundary: where a delivery goes. A destination is a local handler (run by
+//! the dispatcher) or something a transport provides ([`Destination`], a relay to a broker).
+//! The engine claims, leases, orders, retries, pauses and dead-letters deliveries the same way
+//! for both; only the call differs. Nothing here touches the store.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use event_core::{EventDescriptor, HandlerError};
+use tokio::sync::Semaphore;
+use uuid::Uuid;
+
+use super::retry::RetryPolicy;
+
+/// One delivery, as an external [`Destination`] sees it: the stored envelope and where the
+/// event sits in its aggregate's stream.
+#[derive(Debug, Clone, Copy)]
+pub struct Delivery<'a> {
+    /// The event id: the idempotency key downstream (a broker's message id).
+    pub event_id: Uuid,
+    /// The event name (CloudEvents `type`).
+    pub name: &'a str,
+    /// The schema version the event was recorded with (never upcast for a destination).
+    pub version: u32,
+    /// The aggregate type.
+    pub aggregate_type: &'a str,
+    /// The aggregate id.
+    pub aggregate_id: &'a str,
+    /// The aggregate sequence (0 when unsequenced).
+    pub sequence: u64,
+    /// This attempt, from 1.
+    pub attempt: u32,
+    /// The CloudEvents JSON envelope, byte for byte as committed.
+    pub envelope: &'a str,
+}
+
+/// Why an external delivery did not succeed.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum DeliveryError {
+    /// It failed: retried with the destination's backoff when transient, dead-lettered at once
+    /// when permanent ([`HandlerError::permanent`]).
+    Failed(HandlerError),
+    /// The destination cannot take deliveries now (its broker is unreachable): the delivery is
+    /// given back without using an attempt, and the destination is paused — in the store, for
+    /// every worker — until [`Destination::available`] says it is back, checked every
+    /// `retry_after`. An outage of any length loses nothing and dead-letters nothing.
+    Unavailable {
+        /// What is wrong, for logs and `events handler list`.
+        reason: String,
+        /// How long before looking again.
+        retry_after: Duration,
+    },
+}
+
+impl<E: Into<HandlerError>> From<E> for DeliveryError {
+    fn from(e: E) -> Self {
+        DeliveryError::Failed(e.into())
+    }
+}
+
+/// How a destination receives an event, as [`Destination::route`] says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Routing {
+    /// Whether its deliveries keep per-aggregate order (one at a time per aggregate, a
+    /// failure holding back the later events of the aggregate).
+    pub ordered: bool,
+}
+
+/// A destination provided by a transport: deliveries of the events it routes are written at
+/// commit, in the same transaction, and delivered by the engine outside any database
+/// transaction, concurrently across aggregates, in order within one.
+///
+/// Its name is stored in the `handler` column of each delivery, as a handler's is, so it must
+/// not be a handler's name, and must never change while deliveries to it may be pending.
+#[async_trait]
+pub trait Destination: Send + Sync + 'static {
+    /// The name deliveries to it are stored under.
+    fn name(&self) -> &str;
+
+    /// Whether events of `event` go to this destination, and how: called once per registered
+    /// event type at start-up.
+    fn route(&self, event: &EventDescriptor) -> Option<Routing>;
+
+    /// Delivers one. Returning `Ok` completes the delivery: only return it once the
+    /// receiver has taken the event for good (a broker's publish acknowledgement).
+    ///
+    /// # Cancel safety
+    /// The engine drops the future when the time limit passes or on an aborted shutdown; the
+    /// delivery is then attempted again (at-least-once), with the same event id.
+    async fn deliver(&self, delivery: &Delivery<'_>) -> Result<(), DeliveryError>;
+
+    /// Whether a destination paused by [`DeliveryError::Unavailable`] can take deliveries
+    /// again. Default: yes (the pause lasts one `retry_after`).
+    async fn available(&self) -> bool {
+        true
+    }
+
+    /// Its options; `None` takes the outbox's.
+    fn retry_policy(&self) -> Option<RetryPolicy> {
+        None
+    }
+
+    /// Its time limit per delivery; `None` takes the outbox's.
+    fn timeout(&self) -> Option<Duration> {
+        None
+    }
+
+    /// How many of its deliveries one worker has in flight at once (one per aggregate);
+    /// `None` takes the outbox's concurrency.
+    fn concurrency(&self) -> Option<usize> {
+        None
+    }
+}
+
+/// What a claimed delivery's destination is, to the engine.
+pub(crate) enum Target {
+    /// A local handler: the dispatcher's index.
+    Handler {
+        index: u32,
+        /// It takes the transaction: runs inside the batch transaction, in a savepoint.
+        transactional: bool,
+    },
+    /// A transport's destination.
+    External(Arc<dyn Destination>),
+}
+
+/// A destination with its resolved options.
+pub(crate) struct Resolved {
+    pub(crate) name: String,
+    pub(crate) target: Target,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) timeout: Duration,
+    /// Limits the runs of this destination in flight in one worker process.
+    pub(crate) permits: Arc<Semaphore>,
+}
+
+impl Resolved {
+    /// Runs outside any transaction, concurrently.
+    pub(crate) fn is_external(&self) -> bool {
+        !matches!(
+            self.target,
+            Target::Handler {
+                transactional: true,
+                ..
+            }
+        )
+    }
+}

@@ -1,0 +1,682 @@
+//! The delivery engine: turns claimed deliveries into runs, runs each one — handlers that take
+//! the transaction inside one batch transaction (a savepoint each), handlers without one and
+//! relays outside any transaction, concurrently across aggregates — and decides each outcome
+//! (completed, retry with backoff, dead letter, given back). Recording outcomes is the
+//! settler's job; the SQL is the store's.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use event_core::{AnyEnvelope, DecodeError, ErrorChain, HandlerError, RawEnvelope};
+use futures_util::FutureExt;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::destination::{Delivery, DeliveryError, Resolved, Target};
+use super::settle::{Decided, Decision};
+use super::text::storable;
+use super::{BatchReport, Outbox, OutboxError};
+use crate::dispatch::Outcome;
+use crate::store::backend::{ClaimedDelivery, Pause, SettleOutcome, SettleResult, Settlement};
+use crate::store::{DeadLetterReason, Tx};
+
+/// `paused_by` of the pauses the engine writes when a destination is unavailable.
+pub(crate) const RUNTIME: &str = "runtime";
+
+/// The deliveries of one (destination, aggregate) claimed together, in sequence order.
+pub(crate) struct Run {
+    pub(crate) dest: Arc<Resolved>,
+    pub(crate) deliveries: Vec<ClaimedDelivery>,
+}
+
+/// Why a delivery did not complete.
+enum Failure {
+    /// It can never be delivered as it is: dead-lettered at once, no attempt used.
+    Undeliverable(DeadLetterReason, Vec<String>),
+    /// It failed, transiently or permanently.
+    Failed(HandlerError),
+    /// It panicked (a transient failure).
+    Panicked(String),
+    /// It ran out of time (a transient failure).
+    TimedOut(Duration),
+    /// The destination is unavailable: given back, no attempt, destination paused.
+    Unavailable(String, Duration),
+}
+
+impl Outbox {
+    /// Groups claimed deliveries (in run order) into runs. A delivery of a destination this
+    /// process does not know (it cannot happen: claims name only ours) is given back.
+    pub(crate) fn runs(&self, claimed: Vec<ClaimedDelivery>) -> (Vec<Run>, Vec<ClaimedDelivery>) {
+        let mut runs: Vec<Run> = Vec::new();
+        let mut unknown = Vec::new();
+        for d in claimed {
+            let Some(dest) = self.inner.destinations.get(&d.destination) else {
+                unknown.push(d);
+                continue;
+            };
+            let same = runs.last().is_some_and(|r| {
+                let h = &r.deliveries[0];
+                d.sequence > 0
+                    && h.sequence > 0
+                    && h.destination == d.destination
+                    && h.aggregate_type == d.aggregate_type
+                    && h.aggregate_id == d.aggregate_id
+            });
+            if same {
+                runs.last_mut().expect("checked").deliveries.push(d);
+            } else {
+                runs.push(Run {
+                    dest: Arc::clone(dest),
+                    deliveries: vec![d],
+                });
+            }
+        }
+        (runs, unknown)
+    }
+
+    /// What a failed attempt leads to: a retry after backoff, or the dead letter queue.
+    fn after_failure(&self, dest: &Resolved, d: &ClaimedDelivery, failure: Failure) -> Decision {
+        let attempts = d.attempts.saturating_add(1);
+        let now = self.inner.clock.now_ms();
+        let (permanent, chain) = match failure {
+            Failure::Undeliverable(reason, chain) => {
+                return Decision::Dead {
+                    attempts: d.attempts,
+                    reason,
+                    chain: chain.iter().map(|c| storable(c)).collect(),
+                }
+            }
+            Failure::Failed(e) => (e.is_permanent(), e.chain()),
+            Failure::Panicked(m) => (false, vec![format!("handler panicked: {m}")]),
+            Failure::TimedOut(limit) => {
+                metrics::counter!("events_delivery_timeouts_total", "handler" => dest.name.clone())
+                    .increment(1);
+                (
+                    false,
+                    vec![format!(
+                        "timed out after {limit:?} (the destination's time limit)"
+                    )],
+                )
+            }
+            Failure::Unavailable(..) => {
+                unreachable!("handled by the caller")
+            }
+        };
+        let chain: Vec<String> = chain.iter().map(|c| storable(c)).collect();
+        metrics::counter!("events_deliveries_failed_total", "handler" => dest.name.clone())
+            .increment(1);
+        if permanent || attempts >= dest.retry.max_attempts {
+            let reason = if permanent {
+                DeadLetterReason::Permanent
+            } else {
+                DeadLetterReason::Exhausted
+            };
+            return Decision::Dead {
+                attempts,
+                reason,
+                chain,
+            };
+        }
+        let wait = {
+            let mut rng = self.inner.rng.lock().unwrap_or_else(|e| e.into_inner());
+            dest.retry.backoff(attempts, &mut rng)
+        };
+        tracing::warn!(
+            event = %d.name,
+            event_id = %d.event_id,
+            handler = %dest.name,
+            attempts,
+            retry_in_ms = wait.as_millis() as u64,
+            error = %chain.join(": "),
+            "delivery failed; will retry"
+        );
+        metrics::counter!("events_delivery_retries_total", "handler" => dest.name.clone())
+            .increment(1);
+        Decision::Retry {
+            attempts,
+            next_attempt_at: now + wait.as_millis() as i64,
+            error: chain.join(": "),
+        }
+    }
+
+    /// Decodes a claimed delivery's envelope for handler `index`, upcast to the version the
+    /// handler takes.
+    fn decode(&self, d: &ClaimedDelivery, index: u32) -> Result<Box<dyn AnyEnvelope>, Failure> {
+        let dead = |reason, chain| Failure::Undeliverable(reason, chain);
+        let raw = RawEnvelope::from_json(&d.envelope)
+            .map_err(|e| dead(DeadLetterReason::Undecodable, chain_of(&e)))?;
+        let registry = self.inner.dispatcher.registry();
+        let envelope = registry.decode(&raw).map_err(|e| match e {
+            DecodeError::UnknownName { .. } | DecodeError::UnknownVersion { .. } => {
+                dead(DeadLetterReason::UnknownEvent, chain_of(&e))
+            }
+            e => dead(DeadLetterReason::Undecodable, chain_of(&e)),
+        })?;
+        let wanted = ((self.inner.dispatcher.handler_descriptor(index).event)().type_id)();
+        if envelope.event_type_id() == wanted {
+            return Ok(envelope);
+        }
+        // Recorded before the event's newest version was added: upcast step by step.
+        registry
+            .upcast(envelope, wanted)
+            .map_err(|e| dead(DeadLetterReason::Undecodable, chain_of(&e)))
+    }
+
+    /// Calls a destination outside any transaction, catching panics.
+    async fn call_external(&self, dest: &Resolved, d: &ClaimedDelivery) -> Result<(), Failure> {
+        match &dest.target {
+            Target::Handler { index, .. } => {
+                let envelope = self.decode(d, *index)?;
+                match self
+                    .inner
+                    .dispatcher
+                    .call_one(*index, &*envelope, None)
+                    .await
+                {
+                    Outcome::Ran => Ok(()),
+                    Outcome::Failed(e) => Err(Failure::Failed(e)),
+                    Outcome::Panicked(m) => Err(Failure::Panicked(m.to_string())),
+                    other => Err(Failure::Failed(HandlerError::transient_msg(other))),
+                }
+            }
+            Target::External(destination) => {
+                let delivery = Delivery {
+                    event_id: d.event_id,
+                    name: &d.name,
+                    version: d.version,
+                    aggregate_type: &d.aggregate_type,
+                    aggregate_id: &d.aggregate_id,
+                    sequence: d.sequence,
+                    attempt: d.attempts.saturating_add(1),
+                    envelope: &d.envelope,
+                };
+                match AssertUnwindSafe(destination.deliver(&delivery))
+                    .catch_unwind()
+                    .await
+                {
+                    Ok(Ok(())) => Ok(()),
+                    Ok(Err(DeliveryError::Failed(e))) => Err(Failure::Failed(e)),
+                    Ok(Err(DeliveryError::Unavailable {
+                        reason,
+                        retry_after,
+                    })) => Err(Failure::Unavailable(reason, retry_after)),
+                    Err(payload) => Err(Failure::Panicked(
+                        crate::dispatch::dispatcher::panic_message(&*payload),
+                    )),
+                }
+            }
+        }
+    }
+
+    /// Delivers one run of a destination that takes no transaction, in order, each within
+    /// its time limit, stopping at the first failure; every outcome goes to the settler as
+    /// soon as it is known. Deliveries not attempted are given back.
+    pub(crate) async fn run_external(
+        self,
+        run: Run,
+        settle: mpsc::UnboundedSender<Decided>,
+        stop: CancellationToken,
+        slots: Arc<tokio::sync::Semaphore>,
+    ) {
+        let dest = run.dest;
+        // A slot of the worker, then one of the destination (its own limit in this process).
+        let _slot = slots.acquire_owned().await;
+        let _permit = Arc::clone(&dest.permits).acquire_owned().await;
+        let mut rest = run.deliveries.into_iter();
+        while let Some(d) = rest.next() {
+            if stop.is_cancelled() || self.locally_paused(&dest.name) {
+                give_back(&settle, std::iter::once(d).chain(rest));
+                return;
+            }
+            let span = delivery_span(&dest, &d);
+            let started = Instant::now();
+            let result = tokio::time::timeout(dest.timeout, self.call_external(&dest, &d))
+                .instrument(span)
+                .await
+                .unwrap_or(Err(Failure::TimedOut(dest.timeout)));
+            let decision = match result {
+                Ok(()) => Decision::Completed {
+                    attempts: d.attempts.saturating_add(1),
+                    elapsed: started.elapsed(),
+                },
+                Err(Failure::Unavailable(reason, retry_after)) => {
+                    self.pause_unavailable(&dest, &reason, retry_after).await;
+                    give_back(&settle, std::iter::once(d).chain(rest));
+                    return;
+                }
+                Err(failure) => self.after_failure(&dest, &d, failure),
+            };
+            let completed = matches!(decision, Decision::Completed { .. });
+            let _ = settle.send(Decided::new(&dest.name, d, decision));
+            if !completed {
+                give_back(&settle, rest);
+                return;
+            }
+        }
+    }
+
+    /// Delivers runs of handlers that take the transaction, in one batch transaction: each
+    /// delivery in a savepoint, its completion recorded (fenced by the lease token) in the
+    /// same savepoint, so that its writes and the record that it ran commit together, and a
+    /// delivery another worker took over is undone alone.
+    pub(crate) async fn run_transactional(
+        &self,
+        runs: Vec<Run>,
+        token: &str,
+        stop: &CancellationToken,
+    ) -> Result<BatchReport, OutboxError> {
+        let inner = &*self.inner;
+        let mut report = BatchReport::default();
+        let mut tx = inner.store.begin().await?;
+        let mut completed: Vec<(String, Duration)> = Vec::new();
+        let mut released: Vec<ClaimedDelivery> = Vec::new();
+        for run in &runs {
+            let dest = &*run.dest;
+            let Target::Handler { index, .. } = dest.target else {
+                unreachable!("only handlers take the transaction")
+            };
+            for (i, d) in run.deliveries.iter().enumerate() {
+                if stop.is_cancelled() {
+                    released.extend(run.deliveries[i..].iter().cloned());
+                    break;
+                }
+                let started = Instant::now();
+                let step = self
+                    .deliver_in_tx(&mut tx, dest, index, d, token)
+                    .instrument(delivery_span(dest, d))
+                    .await?;
+                match step {
+                    InTx::Completed => {
+                        report.completed += 1;
+                        completed.push((dest.name.clone(), started.elapsed()));
+                    }
+                    InTx::LeaseLost => {
+                        report.lease_lost += 1;
+                        break;
+                    }
+                    InTx::Conflict => {
+                        // A deadlock or serialization failure between this batch and another
+                        // transaction: the batch's locks are part of the cycle, so retrying
+                        // the one delivery inside it would meet the same cycle. Undo the
+                        // whole batch and give the deliveries back, due at once and without
+                        // using an attempt.
+                        tx.rollback().await?;
+                        let all: Vec<_> = runs.iter().flat_map(|r| r.deliveries.clone()).collect();
+                        self.release_now(token, &all).await?;
+                        tracing::warn!("delivery batch rolled back after a database conflict");
+                        let claimed = all.len();
+                        return Ok(BatchReport {
+                            claimed,
+                            conflicts: claimed,
+                            ..BatchReport::default()
+                        });
+                    }
+                    InTx::Failed(dead) => {
+                        if dead {
+                            report.dead_lettered += 1;
+                        } else {
+                            report.retried += 1;
+                        }
+                        released.extend(run.deliveries[i + 1..].iter().cloned());
+                        break;
+                    }
+                }
+                tx = fault!(self, DuringHandler, tx);
+            }
+        }
+        let mut tx = fault!(self, AfterHandler, tx);
+        if !released.is_empty() {
+            let now = inner.clock.now_ms();
+            let batch: Vec<Settlement<'_>> = released
+                .iter()
+                .map(|d| settlement(&d.destination, d, SettleOutcome::Release))
+                .collect();
+            tx.backend().settle(token, now, &batch).await?;
+        }
+        if let Err(e) = tx.commit().await {
+            // Nothing of the batch was kept. Count one failed attempt for the head of each
+            // run, so that a batch whose commit always fails (a deferred constraint one of its
+            // handlers breaks) ends in the dead letter queue instead of looping.
+            self.commit_failed(&runs, token, &e).await;
+            return Err(e.into());
+        }
+        for (handler, elapsed) in completed {
+            metrics::counter!("events_deliveries_completed_total", "handler" => handler.clone())
+                .increment(1);
+            metrics::histogram!("events_handler_duration_seconds", "handler" => handler)
+                .record(elapsed.as_secs_f64());
+        }
+        Ok(report)
+    }
+
+    async fn deliver_in_tx(
+        &self,
+        tx: &mut Tx,
+        dest: &Resolved,
+        index: u32,
+        d: &ClaimedDelivery,
+        token: &str,
+    ) -> Result<InTx, OutboxError> {
+        const SAVEPOINT: &str = "event_delivery";
+        let envelope = match self.decode(d, index) {
+            Ok(e) => e,
+            Err(failure) => {
+                let decision = self.after_failure(dest, d, failure);
+                return self
+                    .settle_failure_in_tx(tx, dest, d, decision, token)
+                    .await;
+            }
+        };
+        // The limit first: a rollback to the savepoint would undo a limit set inside it.
+        tx.backend().set_time_limit(Some(dest.timeout)).await?;
+        tx.backend().savepoint(SAVEPOINT).await?;
+        let outcome = tokio::time::timeout(
+            dest.timeout,
+            self.inner
+                .dispatcher
+                .call_one(index, &*envelope, Some(&mut *tx)),
+        )
+        .await;
+        // A deadline (SQLite) must not stop the bookkeeping that follows. After a failed
+        // statement the transaction may be aborted until the rollback to the savepoint: lift
+        // it then.
+        let lifted = tx.backend().set_time_limit(None).await;
+        let failure = match outcome {
+            Ok(Outcome::Ran) if lifted.is_ok() => {
+                let now = self.inner.clock.now_ms();
+                let done = SettleOutcome::Completed {
+                    attempts: d.attempts.saturating_add(1),
+                };
+                let r = tx
+                    .backend()
+                    .complete(token, now, &settlement(&dest.name, d, done))
+                    .await;
+                match r {
+                    Ok(SettleResult::Settled) => {
+                        tx.backend().release_savepoint(SAVEPOINT).await?;
+                        return Ok(InTx::Completed);
+                    }
+                    Ok(SettleResult::LeaseLost) => {
+                        // Another worker took this delivery over: undo this run's effects.
+                        tx.backend().rollback_to_savepoint(SAVEPOINT).await?;
+                        tx.backend().release_savepoint(SAVEPOINT).await?;
+                        tracing::warn!(event_id = %d.event_id, handler = %dest.name, "delivery taken over by another worker; its effects here were undone");
+                        metrics::counter!("events_delivery_lease_lost_total", "handler" => dest.name.clone()).increment(1);
+                        return Ok(InTx::LeaseLost);
+                    }
+                    Ok(SettleResult::Failed(e)) | Err(e) => Failure::Failed(
+                        HandlerError::transient(StoreFailure("recording the completion", e)),
+                    ),
+                }
+            }
+            Ok(Outcome::Failed(e)) if self.inner.store.backend().is_conflict(e.source_error()) => {
+                tx.backend().rollback_to_savepoint(SAVEPOINT).await?;
+                return Ok(InTx::Conflict);
+            }
+            Ok(Outcome::Failed(e)) => Failure::Failed(e),
+            Ok(Outcome::Panicked(m)) => Failure::Panicked(m.to_string()),
+            Ok(Outcome::Ran) => Failure::Failed(HandlerError::transient_msg(
+                "lifting the statement time limit after the handler failed",
+            )),
+            Ok(other) => Failure::Failed(HandlerError::transient_msg(other)),
+            Err(_) => Failure::TimedOut(dest.timeout),
+        };
+        // Undo the handler's writes; the failure is recorded outside its savepoint.
+        tx.backend().rollback_to_savepoint(SAVEPOINT).await?;
+        tx.backend().release_savepoint(SAVEPOINT).await?;
+        if lifted.is_err() {
+            tx.backend().set_time_limit(None).await?;
+        }
+        let decision = self.after_failure(dest, d, failure);
+        self.settle_failure_in_tx(tx, dest, d, decision, token)
+            .await
+    }
+
+    async fn settle_failure_in_tx(
+        &self,
+        tx: &mut Tx,
+        dest: &Resolved,
+        d: &ClaimedDelivery,
+        decision: Decision,
+        token: &str,
+    ) -> Result<InTx, OutboxError> {
+        let dead = matches!(decision, Decision::Dead { .. });
+        let decided = Decided::new(&dest.name, d.clone(), decision);
+        log_dead_letter(&decided);
+        let now = self.inner.clock.now_ms();
+        let r = tx
+            .backend()
+            .settle(token, now, &[decided.settlement()])
+            .await?;
+        Ok(match r.into_iter().next() {
+            Some(SettleResult::LeaseLost) => InTx::LeaseLost,
+            _ => InTx::Failed(dead),
+        })
+    }
+
+    /// Gives deliveries back outside any transaction.
+    pub(crate) async fn release_now(
+        &self,
+        token: &str,
+        deliveries: &[ClaimedDelivery],
+    ) -> Result<(), OutboxError> {
+        if deliveries.is_empty() {
+            return Ok(());
+        }
+        let batch: Vec<Settlement<'_>> = deliveries
+            .iter()
+            .map(|d| settlement(&d.destination, d, SettleOutcome::Release))
+            .collect();
+        let now = self.inner.clock.now_ms();
+        self.inner
+            .store
+            .backend()
+            .settle(token, now, &batch)
+            .await?;
+        Ok(())
+    }
+
+    async fn commit_failed(&self, runs: &[Run], token: &str, error: &crate::store::StoreError) {
+        tracing::error!(error = %ErrorChain(error), "committing a delivery batch failed; nothing of it was kept");
+        let message = format!(
+            "committing the delivery batch failed: {}",
+            ErrorChain(error)
+        );
+        let mut decided = Vec::new();
+        for run in runs {
+            let mut rest = run.deliveries.iter();
+            if let Some(head) = rest.next() {
+                let failure = Failure::Failed(HandlerError::transient_msg(&message));
+                let decision = self.after_failure(&run.dest, head, failure);
+                decided.push(Decided::new(&run.dest.name, head.clone(), decision));
+            }
+            for d in rest {
+                decided.push(Decided::new(&run.dest.name, d.clone(), Decision::Release));
+            }
+        }
+        let batch: Vec<Settlement<'_>> = decided.iter().map(Decided::settlement).collect();
+        let now = self.inner.clock.now_ms();
+        if let Err(e) = self.inner.store.backend().settle(token, now, &batch).await {
+            tracing::error!(error = %ErrorChain(&e), "recording the failed batch failed too; its leases lapse and it is claimed again");
+        }
+    }
+
+    /// Pauses `dest` in the store (for every worker) because it is unavailable, until this
+    /// process sees it available again.
+    async fn pause_unavailable(&self, dest: &Resolved, reason: &str, retry_after: Duration) {
+        let newly = {
+            let mut paused = self
+                .inner
+                .runtime_paused
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            paused
+                .insert(
+                    dest.name.clone(),
+                    (Instant::now() + retry_after, retry_after),
+                )
+                .is_none()
+        };
+        if newly {
+            tracing::warn!(handler = %dest.name, reason, retry_after_ms = retry_after.as_millis() as u64, "destination unavailable: paused until it is back (no attempts are used)");
+            metrics::gauge!("events_destination_paused", "handler" => dest.name.clone()).set(1.0);
+        }
+        let now = self.inner.clock.now_ms();
+        let pause = Pause {
+            destination: dest.name.clone(),
+            paused_by: RUNTIME.to_owned(),
+            reason: storable(reason),
+            at: now,
+            // Lapses by itself if this process dies before resuming it.
+            expires_at: Some(now + (retry_after.as_millis() as i64).max(1_000) * 3),
+        };
+        if let Err(e) = self.inner.store.backend().pause(&pause).await {
+            tracing::warn!(handler = %dest.name, error = %ErrorChain(&e), "recording the pause failed; this process holds the destination back anyway");
+        }
+    }
+
+    pub(crate) fn locally_paused(&self, name: &str) -> bool {
+        self.inner
+            .runtime_paused
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key(name)
+    }
+
+    /// Asks every destination this process paused whether it is back; resumes those that
+    /// are and renews the pause of the others.
+    pub(crate) async fn probe_paused(&self) {
+        let due: Vec<(String, Duration)> = {
+            let paused = self
+                .inner
+                .runtime_paused
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            let now = Instant::now();
+            paused
+                .iter()
+                .filter(|(_, (at, _))| *at <= now)
+                .map(|(name, (_, every))| (name.clone(), *every))
+                .collect()
+        };
+        for (name, every) in due {
+            let Some(dest) = self.inner.destinations.get(&name).cloned() else {
+                continue;
+            };
+            let back = match &dest.target {
+                Target::External(d) => d.available().await,
+                Target::Handler { .. } => true,
+            };
+            if back {
+                self.inner
+                    .runtime_paused
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&name);
+                match self.inner.store.backend().resume(&name, RUNTIME).await {
+                    Ok(_) => {
+                        tracing::info!(handler = %name, "destination available again: resumed");
+                        metrics::gauge!("events_destination_paused", "handler" => name.clone())
+                            .set(0.0);
+                        self.inner.wake.notify_waiters();
+                    }
+                    Err(e) => {
+                        tracing::warn!(handler = %name, error = %ErrorChain(&e), "lifting the pause failed; it lapses by itself")
+                    }
+                }
+            } else {
+                self.pause_unavailable(&dest, "still unavailable", every)
+                    .await;
+                if let Some(entry) = self
+                    .inner
+                    .runtime_paused
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get_mut(&name)
+                {
+                    entry.0 = Instant::now() + every;
+                }
+            }
+        }
+    }
+}
+
+/// A store failure while recording an outcome, as a handler error's cause.
+#[derive(Debug, thiserror::Error)]
+#[error("{0} failed")]
+struct StoreFailure(&'static str, #[source] crate::store::StoreError);
+
+/// What one delivery inside the batch transaction came to.
+enum InTx {
+    Completed,
+    LeaseLost,
+    Conflict,
+    /// Failed and recorded: dead-lettered (`true`) or to be retried.
+    Failed(bool),
+}
+
+fn chain_of(e: &(dyn std::error::Error + 'static)) -> Vec<String> {
+    let mut out = vec![e.to_string()];
+    let mut next = e.source();
+    while let Some(s) = next {
+        out.push(s.to_string());
+        next = s.source();
+    }
+    out
+}
+
+fn give_back(settle: &mpsc::UnboundedSender<Decided>, rest: impl Iterator<Item = ClaimedDelivery>) {
+    for d in rest {
+        let name = d.destination.clone();
+        let _ = settle.send(Decided::new(&name, d, Decision::Release));
+    }
+}
+
+pub(crate) fn settlement<'a>(
+    destination: &'a str,
+    d: &'a ClaimedDelivery,
+    outcome: SettleOutcome<'a>,
+) -> Settlement<'a> {
+    Settlement {
+        destination,
+        event_id: d.event_id,
+        aggregate_type: &d.aggregate_type,
+        aggregate_id: &d.aggregate_id,
+        sequence: d.sequence,
+        outcome,
+    }
+}
+
+fn delivery_span(dest: &Resolved, d: &ClaimedDelivery) -> tracing::Span {
+    tracing::info_span!(
+        "delivery",
+        event = %d.name,
+        event_id = %d.event_id,
+        handler = %dest.name,
+        attempt = d.attempts.saturating_add(1)
+    )
+}
+
+/// Logs a dead letter decision, with its metric.
+pub(crate) fn log_dead_letter(d: &Decided) {
+    if let Decision::Dead {
+        attempts,
+        reason,
+        chain,
+    } = &d.decision
+    {
+        metrics::counter!("events_deliveries_dead_lettered_total", "handler" => d.destination.clone())
+            .increment(1);
+        tracing::error!(
+            event = %d.delivery.name,
+            event_id = %d.delivery.event_id,
+            handler = %d.destination,
+            reason = %reason,
+            attempts,
+            error = %chain.join(": "),
+            "delivery dead-lettered"
+        );
+    }
+}

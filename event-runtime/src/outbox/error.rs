@@ -1,0 +1,117 @@
+//! The errors of the outbox layer: what a commit, a delivery loop or a start-up can fail with.
+//! Each says what failed at its level; the cause is its `source()`.
+
+use std::time::Duration;
+
+use uuid::Uuid;
+
+use crate::dispatch::{CommitError, RegistryError};
+use crate::store::StoreError;
+
+/// Errors of the outbox runtime.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OutboxError {
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// An in-transaction handler failed: the transaction was rolled back, nothing was written.
+    #[error(transparent)]
+    Aborted(Box<CommitError>),
+    /// An event's payload could not be serialised.
+    #[error("event {event_id} ({name}) cannot be serialised")]
+    Encode {
+        /// The event id.
+        event_id: Uuid,
+        /// The event name.
+        name: &'static str,
+        /// serde's error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The configuration is invalid.
+    #[error("invalid outbox configuration")]
+    Config(#[from] ConfigError),
+    /// An envelope is larger than [`OutboxConfig::max_envelope_bytes`]; the commit was rolled
+    /// back.
+    ///
+    /// [`OutboxConfig::max_envelope_bytes`]: crate::OutboxConfig::max_envelope_bytes
+    #[error("event {event_id} ({name}) is {bytes} bytes as JSON, over the limit of {limit} bytes (OutboxConfig::max_envelope_bytes): store large data elsewhere and put a reference in the event")]
+    TooLarge {
+        /// The event id.
+        event_id: Uuid,
+        /// The event name.
+        name: &'static str,
+        /// Its size in bytes.
+        bytes: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// [`Outbox::drain`](crate::Outbox::drain) ran out of time with deliveries still able to
+    /// progress.
+    #[error("drain timed out with {pending} deliveries still pending")]
+    Timeout {
+        /// Deliveries still pending (not counting those waiting behind a dead letter).
+        pending: u64,
+    },
+    /// Some outcomes of deliveries could not be recorded (the database kept refusing them):
+    /// those deliveries run again once the worker's lease lapses (at-least-once).
+    #[error("some delivery outcomes could not be recorded; those deliveries run again once the lease lapses")]
+    Unrecorded,
+    /// A fault was injected at this point (feature `fault-injection`).
+    #[cfg(feature = "fault-injection")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "fault-injection")))]
+    #[error("fault injected at {0:?}")]
+    Injected(crate::testing::FaultPoint),
+}
+
+/// Why [`OutboxBuilder::build`](crate::OutboxBuilder::build) refused the configuration.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The registry of events and handlers failed validation.
+    #[error("the registry of events and handlers is invalid")]
+    Registry(#[from] RegistryError),
+    /// A count or duration that must be positive is zero.
+    #[error("{field} must be positive")]
+    NotPositive {
+        /// The `OutboxConfig` field.
+        field: &'static str,
+    },
+    /// The lease is too short for renewal to keep it.
+    #[error("lease ({lease:?}) must be at least {min:?}")]
+    LeaseTooShort {
+        /// The lease asked for.
+        lease: Duration,
+        /// The shortest accepted.
+        min: Duration,
+    },
+    /// Options name a destination that is not registered.
+    #[error(
+        "options are given for `{0}`, which is neither a registered handler nor a destination"
+    )]
+    UnknownDestination(String),
+    /// A retry policy allows no attempt.
+    #[error("the retry policy of {0} has max_attempts 0: it must be at least 1")]
+    ZeroAttempts(String),
+    /// A destination's time limit or concurrency is zero.
+    #[error("the {field} of `{destination}` must be positive")]
+    DestinationNotPositive {
+        /// The destination.
+        destination: String,
+        /// `timeout` or `concurrency`.
+        field: &'static str,
+    },
+    /// Retention would purge the record of a completed delivery while a retry of it is still
+    /// possible.
+    #[error("retention ({retention:?}) must be longer than the longest retry horizon ({horizon:?}); otherwise the record that a delivery completed could be purged while a retry of it is still possible")]
+    RetentionTooShort {
+        /// The retention.
+        retention: Duration,
+        /// The longest retry horizon.
+        horizon: Duration,
+    },
+    /// Two destinations have one name.
+    #[error("two destinations are named `{0}`: destination names are stored with every delivery and must be unique")]
+    DuplicateDestination(String),
+}

@@ -1,0 +1,494 @@
+//! Running the engine: the delivery loop (claim runs while capacity allows, deliver them,
+//! settle), the ways to drive it — one claim ([`Outbox::deliver_batch`]), until idle
+//! ([`Outbox::drain`]), or background [`Workers`] that stop with the application's
+//! `CancellationToken` — and the upkeep one worker does (retention, statistics, run repair,
+//! pauses).
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use event_core::ErrorChain;
+use tokio::sync::mpsc;
+use tokio::task::{AbortHandle, JoinSet};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::lease::Lease;
+use super::settle::Tally;
+use super::{BatchReport, Outbox, OutboxError};
+use crate::store::backend::ClaimRequest;
+
+/// How often the upkeep looks for runs whose head was never made ready.
+const REPAIR_EVERY: Duration = Duration::from_secs(30);
+/// How often the upkeep publishes backlog gauges and refreshes planner statistics.
+const STATS_EVERY: Duration = Duration::from_secs(5);
+
+/// What drives a delivery loop.
+#[derive(Clone, Copy)]
+enum Mode {
+    /// One claim, delivered to the end.
+    Once,
+    /// Until nothing can progress, or the deadline.
+    Drain(Instant),
+    /// Until cancelled.
+    Worker,
+}
+
+impl Outbox {
+    /// Claims one set of runs of due deliveries, delivers them, and records the outcomes:
+    /// handlers that take the transaction in one transaction with their own writes (a
+    /// savepoint each), the others concurrently outside any transaction. Returns what
+    /// happened.
+    ///
+    /// Takes a lease of its own for the call (a row written and deleted).
+    ///
+    /// # Errors
+    /// [`OutboxError::Store`] when the database fails; the claimed deliveries are then
+    /// claimed again once this call's lease lapses.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: dropped midway, the lease stops being renewed and the deliveries it
+    /// holds run again (at-least-once) once it lapses, after [`OutboxConfig::lease`]; calls
+    /// to handlers without a transaction that already ran are repeated then.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime.
+    ///
+    /// [`OutboxConfig::lease`]: crate::OutboxConfig::lease
+    pub async fn deliver_batch(&self) -> Result<BatchReport, OutboxError> {
+        let lease = Lease::new(
+            &self.inner.store,
+            Arc::clone(&self.inner.clock),
+            self.inner.config.lease,
+        );
+        let report = self
+            .delivery_loop(&lease, Mode::Once, &CancellationToken::new())
+            .await?;
+        lease.release().await?;
+        Ok(report)
+    }
+
+    /// Delivers in this task until no delivery of this process's destinations can make
+    /// progress: every one is completed, dead-lettered, waits behind a dead letter of its
+    /// (destination, aggregate) (see [`OutboxStats::blocked`](crate::OutboxStats::blocked)), or
+    /// belongs to a paused destination. Waits for scheduled retries. Returns the totals.
+    ///
+    /// # Errors
+    /// [`OutboxError::Store`]; [`OutboxError::Timeout`] when `timeout` passes with deliveries
+    /// still pending.
+    ///
+    /// # Cancel safety
+    /// As [`deliver_batch`](Self::deliver_batch).
+    ///
+    /// # Panics
+    /// Outside a tokio runtime.
+    pub async fn drain(&self, timeout: Duration) -> Result<BatchReport, OutboxError> {
+        let deadline = Instant::now() + timeout;
+        let store = self.inner.store.backend();
+        store.refresh_statistics().await?;
+        store
+            .repair_runs(self.inner.clock.now_ms() - self.expired_leases_ms())
+            .await?;
+        let lease = Lease::new(
+            &self.inner.store,
+            Arc::clone(&self.inner.clock),
+            self.inner.config.lease,
+        );
+        let report = self
+            .delivery_loop(&lease, Mode::Drain(deadline), &CancellationToken::new())
+            .await;
+        lease.release().await?;
+        report
+    }
+
+    /// Starts `count` delivery workers and one upkeep task on the current tokio runtime;
+    /// they stop when [`Workers::shutdown`] is called.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime.
+    pub fn spawn_workers(&self, count: usize) -> Workers {
+        self.spawn_workers_with(count, CancellationToken::new())
+    }
+
+    /// As [`spawn_workers`](Self::spawn_workers), stopping also when `cancel` is cancelled:
+    /// pass the application's token so that the outbox shuts down with the rest of the
+    /// service (each worker finishes what it is delivering, gives back what it had not
+    /// started, records every outcome and releases its lease). [`Workers::wait`] waits for
+    /// that.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime.
+    pub fn spawn_workers_with(&self, count: usize, cancel: CancellationToken) -> Workers {
+        let tracker = TaskTracker::new();
+        let tokens: Arc<Mutex<Vec<Option<String>>>> = Arc::new(Mutex::new(vec![None; count]));
+        let mut aborts = Vec::with_capacity(count + 1);
+        for index in 0..count {
+            let outbox = self.clone();
+            let cancel = cancel.clone();
+            let tokens = Arc::clone(&tokens);
+            let h = tracker.spawn(async move { outbox.worker(index, &cancel, &tokens).await });
+            aborts.push(h.abort_handle());
+        }
+        let outbox = self.clone();
+        let stop = cancel.clone();
+        aborts.push(
+            tracker
+                .spawn(async move { outbox.upkeep(&stop).await })
+                .abort_handle(),
+        );
+        tracker.close();
+        Workers {
+            outbox: self.clone(),
+            cancel,
+            tracker,
+            aborts,
+            tokens,
+        }
+    }
+
+    fn expired_leases_ms(&self) -> i64 {
+        // Lease rows that lapsed this long ago and hold nothing are deleted.
+        (self.inner.config.lease.as_millis() as i64).saturating_mul(10)
+    }
+
+    /// One worker: a lease, and the delivery loop under it until cancelled. A loop that
+    /// fails lets its lease lapse (its deliveries run again elsewhere) and starts over with a
+    /// new one.
+    async fn worker(
+        &self,
+        index: usize,
+        cancel: &CancellationToken,
+        tokens: &Mutex<Vec<Option<String>>>,
+    ) {
+        let set = |t: Option<String>| tokens.lock().unwrap_or_else(|e| e.into_inner())[index] = t;
+        let mut failures = 0u32;
+        while !cancel.is_cancelled() {
+            let lease = Lease::new(
+                &self.inner.store,
+                Arc::clone(&self.inner.clock),
+                self.inner.config.lease,
+            );
+            set(Some(lease.token().to_owned()));
+            match self.delivery_loop(&lease, Mode::Worker, cancel).await {
+                Ok(_) => {
+                    set(None);
+                    if let Err(e) = lease.release().await {
+                        tracing::warn!(worker = index, error = %ErrorChain(&e), "giving back a stopping worker's deliveries failed; they run again once its lease lapses");
+                    }
+                    return;
+                }
+                Err(e) => {
+                    set(None);
+                    failures += 1;
+                    tracing::error!(worker = index, error = %ErrorChain(&e), "a delivery worker failed; its lease lapses and it starts again with a new one");
+                    drop(lease);
+                    self.pause_after_failure(failures, cancel).await;
+                }
+            }
+        }
+    }
+
+    async fn pause_after_failure(&self, failures: u32, cancel: &CancellationToken) {
+        let wait = self.inner.config.poll_interval * failures.min(20);
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = cancel.cancelled() => {}
+        }
+    }
+
+    /// The delivery loop under `lease`: claims runs while this worker has capacity, delivers
+    /// handlers that take the transaction in this task and the others in tasks of their own,
+    /// and sends every outcome to a settler that records them as they finish.
+    async fn delivery_loop(
+        &self,
+        lease: &Lease,
+        mode: Mode,
+        cancel: &CancellationToken,
+    ) -> Result<BatchReport, OutboxError> {
+        let inner = &*self.inner;
+        let token = lease.token().to_owned();
+        let (settle, outcomes) = mpsc::unbounded_channel();
+        let tally = Arc::new(Tally::default());
+        let settler = tokio::spawn(self.clone().settler(
+            token.clone(),
+            outcomes,
+            Arc::clone(&tally),
+        ));
+        // Runs stop between deliveries when this is cancelled.
+        let runs_stop = cancel.child_token();
+        let mut external: JoinSet<()> = JoinSet::new();
+        // This worker's runs outside a transaction at once, across destinations.
+        let slots = Arc::new(tokio::sync::Semaphore::new(inner.config.concurrency));
+        let mut report = BatchReport::default();
+        let mut claimed_once = false;
+        let mut last_stats = Instant::now();
+        let result: Result<(), OutboxError> = async {
+            loop {
+                while let Some(done) = external.try_join_next() {
+                    if let Err(e) = done {
+                        tracing::error!(error = %e, "a delivery run task failed");
+                    }
+                }
+                // Runs in flight or waiting for a permit: claim more only when some finished.
+                let capacity = inner.config.concurrency.saturating_sub(external.len());
+                let may_claim = !cancel.is_cancelled()
+                    && capacity > 0
+                    && !(matches!(mode, Mode::Once) && claimed_once);
+                let mut claimed = 0;
+                if may_claim {
+                    claimed_once = true;
+                    let destinations: Vec<String> = inner
+                        .claimable
+                        .iter()
+                        .filter(|d| !self.locally_paused(d))
+                        .cloned()
+                        .collect();
+                    let batch = inner.config.batch_size as usize;
+                    let now = inner.clock.now_ms();
+                    let req = ClaimRequest {
+                        token: &token,
+                        owner: lease.owner(),
+                        lease_expires_at: now + inner.config.lease.as_millis() as i64,
+                        destinations: &destinations,
+                        max_runs: batch,
+                        max_deliveries: batch,
+                        now,
+                    };
+                    let got = match inner.store.backend().claim(&req).await {
+                        Ok(got) => got,
+                        Err(e) if matches!(mode, Mode::Worker) => {
+                            tracing::error!(error = %ErrorChain(&e), "claiming deliveries failed; trying again after the poll interval");
+                            Vec::new()
+                        }
+                        Err(e) => return Err(e.into()),
+                    };
+                    claimed = got.len();
+                    if claimed > 0 {
+                        lease.mark_written();
+                    }
+                    report.claimed += claimed;
+                    let (runs, unknown) = self.runs(got);
+                    self.release_now(&token, &unknown).await?;
+                    let (inline, concurrent): (Vec<_>, Vec<_>) =
+                        runs.into_iter().partition(|r| !r.dest.is_external());
+                    for run in concurrent {
+                        external.spawn(self.clone().run_external(
+                            run,
+                            settle.clone(),
+                            runs_stop.clone(),
+                            Arc::clone(&slots),
+                        ));
+                    }
+                    if !inline.is_empty() {
+                        report += self.run_transactional(inline, &token, cancel).await?;
+                    }
+                }
+                if matches!(mode, Mode::Drain(_)) && last_stats.elapsed() >= Duration::from_secs(10)
+                {
+                    last_stats = Instant::now();
+                    inner.store.backend().refresh_statistics().await?;
+                }
+                self.probe_paused().await;
+                if claimed > 0 && !matches!(mode, Mode::Once) {
+                    continue;
+                }
+                match mode {
+                    Mode::Once => {
+                        while let Some(done) = external.join_next().await {
+                            if let Err(e) = done {
+                                tracing::error!(error = %e, "a delivery run task failed");
+                            }
+                        }
+                        return Ok(());
+                    }
+                    Mode::Drain(deadline) => {
+                        if external.is_empty() {
+                            let waiting = inner.store.backend().progressing(&inner.claimable).await?;
+                            if waiting == 0 {
+                                return Ok(());
+                            }
+                            if Instant::now() >= deadline {
+                                return Err(OutboxError::Timeout { pending: waiting });
+                            }
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                        } else {
+                            tokio::select! {
+                                _ = external.join_next() => {}
+                                _ = tokio::time::sleep(Duration::from_millis(10)) => {}
+                            }
+                        }
+                    }
+                    Mode::Worker => {
+                        if cancel.is_cancelled() {
+                            return Ok(());
+                        }
+                        let wake = inner.wake.notified();
+                        let poll = tokio::time::sleep(inner.config.poll_interval);
+                        if external.is_empty() {
+                            tokio::select! {
+                                _ = wake => {}
+                                _ = poll => {}
+                                _ = cancel.cancelled() => {}
+                            }
+                        } else {
+                            tokio::select! {
+                                _ = external.join_next() => {}
+                                _ = wake => {}
+                                _ = poll => {}
+                                _ = cancel.cancelled() => {}
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        .await;
+        // Whatever ended the loop, the runs in flight finish (or give back what they had not
+        // started) and every outcome is recorded before the lease goes.
+        runs_stop.cancel();
+        while let Some(done) = external.join_next().await {
+            if let Err(e) = done {
+                tracing::error!(error = %e, "a delivery run task failed");
+            }
+        }
+        drop(settle);
+        let recorded = settler.await.unwrap_or(false);
+        tally.add_to(&mut report);
+        result?;
+        if !recorded {
+            return Err(OutboxError::Unrecorded);
+        }
+        Ok(report)
+    }
+
+    /// The upkeep of one process's workers: the retention purge, backlog gauges, planner
+    /// statistics, repairing runs left without a ready head, and probing paused destinations.
+    async fn upkeep(&self, cancel: &CancellationToken) {
+        let inner = &*self.inner;
+        let store = inner.store.backend();
+        let mut last_purge = Instant::now();
+        let mut last_stats = Instant::now() - STATS_EVERY;
+        let mut last_repair = Instant::now() - REPAIR_EVERY;
+        while !cancel.is_cancelled() {
+            let now = inner.clock.now_ms();
+            if last_repair.elapsed() >= REPAIR_EVERY {
+                last_repair = Instant::now();
+                match store.repair_runs(now - self.expired_leases_ms()).await {
+                    Ok(0) => {}
+                    Ok(n) => {
+                        tracing::info!(
+                            deliveries = n,
+                            "made ready the heads of runs a crash left waiting"
+                        );
+                        inner.wake.notify_waiters();
+                    }
+                    Err(e) => tracing::warn!(error = %ErrorChain(&e), "repairing runs failed"),
+                }
+            }
+            if last_purge.elapsed() >= inner.config.retention_interval {
+                last_purge = Instant::now();
+                let cutoff = now - inner.config.retention.as_millis() as i64;
+                match store
+                    .purge_completed(cutoff, inner.config.retention_batch)
+                    .await
+                {
+                    Ok(n) if n > 0 => tracing::info!(deleted = n, "purged completed deliveries"),
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(error = %ErrorChain(&e), "retention purge failed"),
+                }
+            }
+            if last_stats.elapsed() >= STATS_EVERY {
+                last_stats = Instant::now();
+                match store.stats(now).await {
+                    Ok(stats) => {
+                        metrics::gauge!("events_outbox_backlog").set(stats.pending as f64);
+                        metrics::gauge!("events_outbox_oldest_pending_age_seconds")
+                            .set(stats.oldest_pending_age_secs.unwrap_or(0.0));
+                        metrics::gauge!("events_dead_letters").set(stats.dead_letters as f64);
+                        for h in &stats.handlers {
+                            metrics::gauge!("events_destination_paused", "handler" => h.handler.clone())
+                                .set(if h.paused { 1.0 } else { 0.0 });
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %ErrorChain(&e), "reading outbox statistics failed")
+                    }
+                }
+                if let Err(e) = store.refresh_statistics().await {
+                    tracing::warn!(error = %ErrorChain(&e), "refreshing outbox statistics failed");
+                }
+            }
+            self.probe_paused().await;
+            tokio::select! {
+                _ = tokio::time::sleep(inner.config.poll_interval.max(Duration::from_millis(100))) => {}
+                _ = cancel.cancelled() => {}
+            }
+        }
+    }
+}
+
+/// Running delivery workers. Dropping this handle leaves them running until the token they
+/// were started with is cancelled; [`shutdown`](Self::shutdown) stops them.
+#[derive(Debug)]
+pub struct Workers {
+    outbox: Outbox,
+    cancel: CancellationToken,
+    tracker: TaskTracker,
+    aborts: Vec<AbortHandle>,
+    tokens: Arc<Mutex<Vec<Option<String>>>>,
+}
+
+impl Workers {
+    /// The token that stops these workers (cancel it to begin a shutdown without waiting).
+    pub fn cancel_token(&self) -> &CancellationToken {
+        &self.cancel
+    }
+
+    /// Waits until every worker has stopped (after the token was cancelled).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the workers go on.
+    pub async fn wait(&self) {
+        self.tracker.wait().await;
+    }
+
+    /// Stops claiming and lets what is in flight finish within `deadline`: each worker
+    /// completes the delivery it is running, gives back what it had not started, records
+    /// every outcome and releases its lease. Workers still running at the deadline are
+    /// aborted — a batch transaction of theirs rolls back, a call to a handler without a
+    /// transaction is dropped and runs again (at-least-once) — and their deliveries are given
+    /// back so that they are due again at once. Returns how many deliveries aborted workers
+    /// gave back.
+    ///
+    /// # Errors
+    /// [`OutboxError::Store`] when giving back fails (the leases then lapse by themselves).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the workers have been told to stop and go on stopping.
+    pub async fn shutdown(self, deadline: Duration) -> Result<u64, OutboxError> {
+        self.cancel.cancel();
+        if tokio::time::timeout(deadline, self.tracker.wait())
+            .await
+            .is_ok()
+        {
+            return Ok(0);
+        }
+        for a in &self.aborts {
+            a.abort();
+        }
+        self.tracker.wait().await;
+        let leftover: Vec<String> = self
+            .tokens
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .flatten()
+            .cloned()
+            .collect();
+        let mut released = 0;
+        for token in leftover {
+            released += self.outbox.inner.store.backend().drop_lease(&token).await?;
+        }
+        Ok(released)
+    }
+}

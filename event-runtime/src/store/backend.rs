@@ -1,0 +1,375 @@
+//! The store boundary: the two traits a database backend implements ([`Backend`] for the
+//! store, [`BackendTransaction`] for one open transaction) and the rows that cross it. The
+//! delivery engine, the unit of work and the `events` tool talk to a store only through these;
+//! nothing here names a database.
+//!
+//! Applications never call these traits: they use [`Store`](crate::Store), [`Tx`] and the
+//! [`Outbox`](crate::Outbox). They are public so that a backend can live outside this crate
+//! and prove itself with the conformance suite (`event_runtime::testing::conformance`,
+//! feature `testing`).
+//!
+//! # Rules every backend keeps
+//! - **Times** are milliseconds since the Unix epoch (UTC), always passed in by the caller
+//!   (`now`): a backend never reads a clock, so that an injected clock drives every stamp.
+//! - **Leases** belong to a worker: [`Backend::acquire_lease`] writes a lease row that the
+//!   worker renews ([`Backend::renew_lease`]) from its own connection; a delivery is leased
+//!   while its `lease_token` names a lease whose `expires_at` is not past. Renewing touches
+//!   only the lease row, so it never waits on a batch transaction's row locks.
+//! - **Runs**: of the pending deliveries of one (destination, aggregate) with a sequence
+//!   above 0, only the lowest is *ready*; a claim takes ready heads whose earlier deliveries
+//!   are all completed or purged and extends each into its run, in sequence order.
+//! - **Fencing**: every settlement names the lease token it was claimed under; a row leased
+//!   to another token is left alone and reported as [`SettleResult::LeaseLost`].
+//! - **One bad row never fails the others**: [`Backend::settle`] returns one result per
+//!   settlement, and a statement that fails for one row is contained to that row.
+
+use std::any::{Any, TypeId};
+use std::collections::HashSet;
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use uuid::Uuid;
+
+use super::tx::SqlValue;
+use super::types::{
+    AuditEntry, DeadLetter, DeadLetterFilter, OutboxStats, PausedDestination, Resolution,
+};
+use super::{StoreError, Tx};
+
+/// One event to append to the outbox, with the destinations that receive it.
+#[derive(Debug, Clone)]
+pub struct NewEvent {
+    /// The event id (CloudEvents `id`), the outbox's primary key.
+    pub event_id: Uuid,
+    /// The event name (CloudEvents `type`).
+    pub name: String,
+    /// The schema version.
+    pub version: u32,
+    /// The aggregate type.
+    pub aggregate_type: String,
+    /// The aggregate id.
+    pub aggregate_id: String,
+    /// The aggregate sequence; 0 for an unsequenced event (never ordered, never checked).
+    pub sequence: u64,
+    /// When the event happened, ms since the epoch.
+    pub occurred_at: i64,
+    /// The CloudEvents JSON envelope, stored byte for byte.
+    pub envelope: String,
+    /// The destinations that get a delivery row.
+    pub routes: Vec<Route>,
+}
+
+/// A destination of an event, as written to its delivery row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    /// The destination name (the `handler` column).
+    pub destination: String,
+    /// Whether deliveries to it keep per-aggregate order.
+    pub ordered: bool,
+}
+
+/// What a claim asks for.
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimRequest<'a> {
+    /// The worker's lease token. A claim that leases anything writes (or extends) the lease
+    /// row in the same transaction, so a worker that claims nothing writes nothing.
+    pub token: &'a str,
+    /// The lease's owner (`host:pid`), for operators.
+    pub owner: &'a str,
+    /// Until when the lease holds unless renewed, ms.
+    pub lease_expires_at: i64,
+    /// The destinations this worker can deliver to; others are left alone.
+    pub destinations: &'a [String],
+    /// At most this many runs (ready heads).
+    pub max_runs: usize,
+    /// At most this many deliveries in all; runs share them.
+    pub max_deliveries: usize,
+    /// The current time, ms.
+    pub now: i64,
+}
+
+/// A delivery leased to a worker, with its envelope.
+#[derive(Debug, Clone)]
+pub struct ClaimedDelivery {
+    /// The destination.
+    pub destination: String,
+    /// The event id.
+    pub event_id: Uuid,
+    /// The aggregate type.
+    pub aggregate_type: String,
+    /// The aggregate id.
+    pub aggregate_id: String,
+    /// The delivery's sequence (0 when unordered).
+    pub sequence: u64,
+    /// Attempts recorded so far (a delivery taken over from a dead worker counts one).
+    pub attempts: u32,
+    /// The first failure, ms.
+    pub first_failed_at: Option<i64>,
+    /// The event name.
+    pub name: String,
+    /// The event version.
+    pub version: u32,
+    /// The stored envelope.
+    pub envelope: String,
+}
+
+/// The outcome of one claimed delivery, to record.
+#[derive(Debug, Clone, Copy)]
+pub struct Settlement<'a> {
+    /// The destination.
+    pub destination: &'a str,
+    /// The event id.
+    pub event_id: Uuid,
+    /// The aggregate type (with the id and the sequence: the run, whose next delivery a
+    /// completion makes ready).
+    pub aggregate_type: &'a str,
+    /// The aggregate id.
+    pub aggregate_id: &'a str,
+    /// The delivery's sequence (0 when unordered).
+    pub sequence: u64,
+    /// What happened.
+    pub outcome: SettleOutcome<'a>,
+}
+
+/// What happened to a claimed delivery.
+#[derive(Debug, Clone, Copy)]
+pub enum SettleOutcome<'a> {
+    /// Its handler ran and succeeded: completed. `attempts` includes this one.
+    Completed {
+        /// Attempts including this one.
+        attempts: u32,
+    },
+    /// It failed and will be retried at `next_attempt_at`.
+    Retry {
+        /// Attempts including this one.
+        attempts: u32,
+        /// When it is due again, ms.
+        next_attempt_at: i64,
+        /// The error, already made storable.
+        error: &'a str,
+    },
+    /// It goes to the dead letter queue with its envelope, copied from the outbox.
+    Dead {
+        /// Attempts including this one (0 when it was never attempted).
+        attempts: u32,
+        /// The reason, as stored.
+        reason: &'a str,
+        /// The error chain, outermost first, already made storable.
+        chain: &'a [String],
+    },
+    /// It was not attempted (the rest of a run after a failure, a shutdown, a pause): leased
+    /// no more, due as before, no attempt counted.
+    Release,
+}
+
+/// The result of recording one settlement.
+#[derive(Debug)]
+pub enum SettleResult {
+    /// Recorded.
+    Settled,
+    /// The delivery is leased to another token (taken over): nothing was changed.
+    LeaseLost,
+    /// Recording failed; nothing of it was changed.
+    Failed(StoreError),
+}
+
+/// A pause of a destination: no worker claims its deliveries until it is lifted (deliveries
+/// already claimed finish). Pauses by different `paused_by` are independent: a runtime
+/// component lifting its own pause does not lift an operator's.
+#[derive(Debug, Clone)]
+pub struct Pause {
+    /// The destination.
+    pub destination: String,
+    /// Who: `operator`, or the runtime component (`nats-relay`).
+    pub paused_by: String,
+    /// Why, shown by `events handler list`.
+    pub reason: String,
+    /// When, ms.
+    pub at: i64,
+    /// When it lapses by itself unless renewed, ms (a runtime pause, so that the pause of a
+    /// process that died does not last for ever); `None`: until resumed.
+    pub expires_at: Option<i64>,
+}
+
+/// A database the outbox can live in.
+///
+/// Implemented by the SQLite and PostgreSQL backends of this crate. See the module docs for
+/// the rules every implementation keeps.
+#[async_trait]
+pub trait Backend: Send + Sync + fmt::Debug + 'static {
+    /// The backend's name (`sqlite`, `postgres`): logs, errors and [`Store::backend_name`](crate::Store::backend_name).
+    fn name(&self) -> &'static str;
+
+    /// The type ids of the native connection types a handler may take as its transaction
+    /// parameter besides [`Tx`] (`sqlx::SqliteConnection`, `sqlx::PgConnection`).
+    fn native_transaction_types(&self) -> Vec<TypeId>;
+
+    /// This value, to reach a backend's own API (its pool).
+    fn as_any(&self) -> &dyn Any;
+
+    /// Applies the outbox migrations not applied yet, in the outbox's own migrations table.
+    async fn migrate(&self) -> Result<(), StoreError>;
+
+    /// Whether the outbox tables exist (for opening an existing outbox without creating one).
+    async fn has_outbox(&self) -> Result<bool, StoreError>;
+
+    /// Begins a write transaction.
+    async fn begin(&self) -> Result<Tx, StoreError>;
+
+    /// Closes every connection.
+    async fn close(&self);
+
+    /// Extends lease `token` to `expires_at`. Returns false when there is no such row (the
+    /// worker has claimed nothing yet, or its lease lapsed and was deleted).
+    async fn renew_lease(&self, token: &str, expires_at: i64) -> Result<bool, StoreError>;
+
+    /// Gives back every pending delivery leased to `token` (due as before, no attempt
+    /// counted) and deletes the lease row. Returns the deliveries given back.
+    async fn drop_lease(&self, token: &str) -> Result<u64, StoreError>;
+
+    /// Leases ready runs of due deliveries to `req.token`, at most `req.max_runs` runs and
+    /// `req.max_deliveries` deliveries, oldest heads first, skipping paused destinations and
+    /// deliveries leased under a live lease. Returned in (destination, aggregate, sequence)
+    /// order.
+    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Vec<ClaimedDelivery>, StoreError>;
+
+    /// Records `batch` in one short transaction, each settlement fenced by `token`; one
+    /// result per settlement, in order.
+    async fn settle(
+        &self,
+        token: &str,
+        now: i64,
+        batch: &[Settlement<'_>],
+    ) -> Result<Vec<SettleResult>, StoreError>;
+
+    /// Makes ready the head of every run that has none (a commit or settlement that ended
+    /// before its own promotion ran), and deletes lease rows that expired before
+    /// `expired_before` and hold no delivery. Returns how many deliveries it made ready.
+    async fn repair_runs(&self, expired_before: i64) -> Result<u64, StoreError>;
+
+    /// Pending deliveries of `destinations` that are not waiting behind a dead letter.
+    async fn progressing(&self, destinations: &[String]) -> Result<u64, StoreError>;
+
+    /// Writes or renews a pause.
+    async fn pause(&self, pause: &Pause) -> Result<(), StoreError>;
+
+    /// Lifts the pause of `destination` by `paused_by`. Returns whether there was one.
+    async fn resume(&self, destination: &str, paused_by: &str) -> Result<bool, StoreError>;
+
+    /// Every pause in force at `now`.
+    async fn paused(&self, now: i64) -> Result<Vec<PausedDestination>, StoreError>;
+
+    /// Deletes up to `batch` completed deliveries completed before `cutoff`, then outbox
+    /// rows recorded before `cutoff` that nothing refers to; one purger at a time. Returns
+    /// the deliveries deleted.
+    async fn purge_completed(&self, cutoff: i64, batch: u32) -> Result<u64, StoreError>;
+
+    /// Refreshes planner statistics, where the database needs it. Default: nothing.
+    async fn refresh_statistics(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    /// Backlog and dead letter counts at `now`.
+    async fn stats(&self, now: i64) -> Result<OutboxStats, StoreError>;
+
+    /// Dead letters matching `filter`, oldest first.
+    async fn dead_letters(&self, filter: &DeadLetterFilter) -> Result<Vec<DeadLetter>, StoreError>;
+
+    /// Replays or purges the open dead letters `ids` in one transaction with one audit row,
+    /// calling `progress(n)` after each of them.
+    #[allow(clippy::too_many_arguments)]
+    async fn resolve_dead_letters(
+        &self,
+        ids: &[i64],
+        action: Resolution,
+        actor: &str,
+        reason: &str,
+        now: i64,
+        progress: &mut (dyn FnMut(usize) + Send),
+    ) -> Result<AuditEntry, StoreError>;
+
+    /// The audit log, newest first.
+    async fn audit_log(&self, limit: u32) -> Result<Vec<AuditEntry>, StoreError>;
+
+    /// Every pending delivery as (destination, event id, envelope).
+    async fn pending_envelopes(&self) -> Result<Vec<(String, String, String)>, StoreError>;
+
+    /// Whether `error` (anywhere in its chain) is a deadlock or serialization failure of
+    /// this database, which asks for the whole transaction to be retried.
+    fn is_conflict(&self, error: &(dyn std::error::Error + 'static)) -> bool;
+}
+
+/// One open transaction of a [`Backend`], behind a [`Tx`].
+#[async_trait]
+pub trait BackendTransaction: Send + fmt::Debug {
+    /// Commits.
+    async fn commit(self: Box<Self>) -> Result<(), StoreError>;
+
+    /// Rolls back.
+    async fn rollback(self: Box<Self>) -> Result<(), StoreError>;
+
+    /// Runs one statement with `$N` placeholders; rows affected.
+    async fn execute(&mut self, sql: &str, args: &[SqlValue<'_>]) -> Result<u64, StoreError>;
+
+    /// Runs one query; the first column of the first row as an integer.
+    async fn fetch_i64(
+        &mut self,
+        sql: &str,
+        args: &[SqlValue<'_>],
+    ) -> Result<Option<i64>, StoreError>;
+
+    /// Appends outbox rows; returns the ids that were new (an id already present is
+    /// skipped). A second event with the same (aggregate, sequence) is
+    /// [`StoreError::Conflict`] naming the rejected row.
+    async fn append_events(
+        &mut self,
+        events: &[NewEvent],
+        now: i64,
+    ) -> Result<HashSet<Uuid>, StoreError>;
+
+    /// Writes one delivery row per (event, route), due at `now`, the head of each run ready.
+    async fn insert_deliveries(&mut self, events: &[&NewEvent], now: i64)
+        -> Result<(), StoreError>;
+
+    /// `SAVEPOINT name`.
+    async fn savepoint(&mut self, name: &str) -> Result<(), StoreError>;
+
+    /// `RELEASE SAVEPOINT name`.
+    async fn release_savepoint(&mut self, name: &str) -> Result<(), StoreError>;
+
+    /// `ROLLBACK TO SAVEPOINT name` (the savepoint stays).
+    async fn rollback_to_savepoint(&mut self, name: &str) -> Result<(), StoreError>;
+
+    /// Records `batch` inside this transaction, each in its own savepoint, fenced by
+    /// `token`: committed with the transaction, undone with it.
+    async fn settle(
+        &mut self,
+        token: &str,
+        now: i64,
+        batch: &[Settlement<'_>],
+    ) -> Result<Vec<SettleResult>, StoreError>;
+
+    /// Records one completion inside this transaction, fenced by `token`, without a
+    /// savepoint of its own (the caller's savepoint holds the handler's writes and this
+    /// record together). The next delivery of its run is made ready at COMMIT.
+    async fn complete(
+        &mut self,
+        token: &str,
+        now: i64,
+        settlement: &Settlement<'_>,
+    ) -> Result<SettleResult, StoreError>;
+
+    /// Limits how long each following statement may run (`None`: no limit), so that a
+    /// handler's time limit also stops a statement it left running in the database. Returns
+    /// whether the backend can.
+    async fn set_time_limit(&mut self, limit: Option<Duration>) -> Result<bool, StoreError>;
+
+    /// The native connection as `type_id`, when it is that type.
+    fn native(&mut self, type_id: TypeId) -> Option<&mut (dyn Any + Send)>;
+
+    /// Abandons the transaction as a killed process would (test builds): with
+    /// `kill_connection`, the database connection is killed under it first.
+    #[doc(hidden)]
+    async fn abandon(self: Box<Self>, kill_connection: bool);
+}

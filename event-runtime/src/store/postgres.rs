@@ -1,0 +1,331 @@
+//! The PostgreSQL backend (feature `postgres`): the production store, shared safely by many
+//! worker processes. Owns its connection options and schemas, its migrations
+//! (`migrations/postgres`) and what PostgreSQL does its own way; the statements it shares with
+//! other SQL databases live in `store::sql`.
+//!
+//! - Transactions are READ COMMITTED. Claims lock run heads with `FOR UPDATE SKIP LOCKED`, so
+//!   workers never wait for each other's claims; a commit and a settlement that race on one
+//!   run both promote its head again after COMMIT, so that neither can leave it unready.
+//! - A handler's time limit is also enforced in the server with `SET LOCAL
+//!   statement_timeout` (SQLSTATE `57014` when it fires).
+//! - A deadlock (`40P01`) or serialization failure (`40001`) rolls the whole batch back.
+//! - One purger at a time: `pg_try_advisory_xact_lock`.
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::migrate::Migrator;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{Connection, Pool, Postgres};
+
+use super::backend::{Backend, ClaimRequest, ClaimedDelivery};
+use super::sql::claim::{claimed_from_row, heads_sql, in_run_order, CLAIMED_COLUMNS};
+use super::sql::exec::Arg;
+use super::sql::{db, execute, rows, Conn, Dialect, SqlStore, MIGRATIONS_TABLE};
+use super::{redact, BackendEntry, ConnectOptions, StoreError};
+
+/// The URL schemes of this backend: `postgres://USER@HOST:PORT/DB`, `postgresql://…`.
+pub const URL_SCHEMES: &[&str] = &["postgres", "postgresql"];
+
+pub(crate) const ENTRY: BackendEntry = BackendEntry {
+    name: "postgres",
+    url_schemes: URL_SCHEMES,
+    connect: |url, options| Box::pin(connect(url.to_owned(), options.clone())),
+};
+
+/// The PostgreSQL dialect.
+#[derive(Debug)]
+pub(crate) struct PostgresDialect;
+
+fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+async fn connect(url: String, options: ConnectOptions) -> Result<Arc<dyn Backend>, StoreError> {
+    let mut connect = PgConnectOptions::from_str(&url).map_err(db)?;
+    // sqlx's own message repeats its cause: keep the cause alone.
+    let unreachable = |e: sqlx::Error| StoreError::Unreachable {
+        url: redact(&url),
+        source: match e {
+            sqlx::Error::Io(io) => Box::new(io),
+            sqlx::Error::Tls(tls) => tls,
+            other => Box::new(other),
+        },
+    };
+    // One plain connection first: a refused or unknown host fails now, with its cause, rather
+    // than after the pool's acquire timeout of retrying in silence.
+    let probe = tokio::time::timeout(options.connect_timeout, async {
+        let mut conn = sqlx::PgConnection::connect_with(&connect).await?;
+        if let (Some(schema), true) = (options.schema.as_deref(), options.create) {
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "CREATE SCHEMA IF NOT EXISTS {}",
+                quote_ident(schema)
+            )))
+            .execute(&mut conn)
+            .await?;
+        }
+        conn.close().await
+    })
+    .await;
+    match probe {
+        Ok(Ok(())) => {}
+        Ok(Err(e @ (sqlx::Error::Io(_) | sqlx::Error::Tls(_)))) => return Err(unreachable(e)),
+        Ok(Err(e)) => return Err(db(e)),
+        Err(_) => {
+            return Err(StoreError::ConnectTimeout {
+                url: redact(&url),
+                after: options.connect_timeout,
+            })
+        }
+    }
+    if let Some(schema) = &options.schema {
+        connect = connect.options([("search_path", schema.as_str())]);
+    }
+    let pool = PgPoolOptions::new()
+        .max_connections(options.max_connections.unwrap_or(8))
+        .acquire_timeout(options.connect_timeout.max(Duration::from_secs(30)))
+        .connect_with(connect)
+        .await
+        .map_err(db)?;
+    Ok(Arc::new(SqlStore::<PostgresDialect>::new(pool)))
+}
+
+/// A store over a PostgreSQL pool configured elsewhere.
+pub(crate) fn from_pool(pool: sqlx::PgPool) -> Arc<dyn Backend> {
+    Arc::new(SqlStore::<PostgresDialect>::new(pool))
+}
+
+/// The pool of a store, if it is this backend.
+pub(crate) fn pool_of(backend: &dyn Backend) -> Option<&sqlx::PgPool> {
+    backend
+        .as_any()
+        .downcast_ref::<SqlStore<PostgresDialect>>()
+        .map(|s| &s.pool)
+}
+
+impl Dialect for PostgresDialect {
+    type DB = Postgres;
+    const NAME: &'static str = "postgres";
+    const RELAXED_COMMIT: Option<&'static str> = Some("SET LOCAL synchronous_commit = off");
+    const PROMOTE_AFTER_COMMIT: bool = true;
+
+    fn rows_affected(result: &sqlx::postgres::PgQueryResult) -> u64 {
+        result.rows_affected()
+    }
+
+    async fn begin(
+        pool: &Pool<Postgres>,
+    ) -> Result<sqlx::Transaction<'static, Postgres>, sqlx::Error> {
+        pool.begin().await
+    }
+
+    fn migrator() -> Migrator {
+        let mut m = sqlx::migrate!("migrations/postgres");
+        m.dangerous_set_table_name(MIGRATIONS_TABLE);
+        m
+    }
+
+    async fn migrate(pool: &Pool<Postgres>) -> Result<(), StoreError> {
+        let mut conn = pool.acquire().await.map_err(db)?;
+        // One process migrates a schema at a time. sqlx's own lock waits inside the server,
+        // and a waiting session is a transaction that `CREATE INDEX CONCURRENTLY` (a later
+        // migration) would wait for in turn: a deadlock. So the lock is only ever tried, with
+        // the wait between tries spent outside any statement.
+        let started = std::time::Instant::now();
+        loop {
+            let got: bool = sqlx::query_scalar(
+                "SELECT pg_try_advisory_lock(72430122, hashtext(current_schema()))",
+            )
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(db)?;
+            if got {
+                break;
+            }
+            if started.elapsed() > Duration::from_secs(600) {
+                return Err(StoreError::Corrupt(
+                    "another process has held the outbox migration lock for 10 minutes".into(),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let mut migrator = Self::migrator();
+        migrator.set_locking(false);
+        let versions: Vec<i64> = migrator.iter().map(|m| m.version).collect();
+        let result = async {
+            adopt_migrations(&mut conn, &versions).await?;
+            // `run` with a connection trips rustc's higher-ranked `Send` inference inside an
+            // async trait method; `run_direct` is sqlx's own way around it (sqlx is pinned).
+            migrator.run_direct(None, &mut *conn, false).await?;
+            Ok(())
+        }
+        .await;
+        let _ = sqlx::query("SELECT pg_advisory_unlock(72430122, hashtext(current_schema()))")
+            .execute(&mut *conn)
+            .await;
+        result
+    }
+
+    const HEADS_TABLE: &'static str = "event_deliveries d";
+
+    fn json_text_array(param: &str) -> String {
+        format!("(SELECT jsonb_array_elements_text({param}::jsonb))")
+    }
+
+    async fn claim(
+        pool: &Pool<Postgres>,
+        req: &ClaimRequest<'_>,
+    ) -> Result<Vec<ClaimedDelivery>, StoreError> {
+        // Heads are locked with SKIP LOCKED (another worker's claim in progress is passed
+        // over, never waited for), then each is extended into its run through the
+        // (handler, aggregate, sequence) index: the cost follows what is claimed, not the
+        // backlog behind it. Runs share `max_deliveries` evenly.
+        let sql = format!(
+            "WITH heads AS ({heads}), \
+             quota AS (SELECT GREATEST(1, $4 / GREATEST(COUNT(*), 1)) AS n FROM heads), \
+             runs AS ( \
+                 SELECT r.handler, r.event_id, h.event_id AS head_id FROM heads h CROSS JOIN LATERAL ( \
+                     SELECT x.handler, x.event_id FROM event_deliveries x \
+                     WHERE h.sequence > 0 AND x.handler = h.handler AND x.aggregate_type = h.aggregate_type \
+                       AND x.aggregate_id = h.aggregate_id AND x.status = 'pending' AND x.sequence >= h.sequence \
+                     ORDER BY x.sequence LIMIT (SELECT n FROM quota)) r \
+                 UNION ALL SELECT h.handler, h.event_id, h.event_id FROM heads h WHERE h.sequence = 0) \
+             UPDATE event_deliveries d SET lease_token = $5, \
+                 attempts = CASE WHEN d.lease_token IS NOT NULL AND d.event_id = runs.head_id THEN d.attempts + 1 ELSE d.attempts END \
+             FROM runs, event_outbox o \
+             WHERE d.handler = runs.handler AND d.event_id = runs.event_id AND o.event_id = d.event_id \
+             RETURNING {CLAIMED_COLUMNS}",
+            heads = heads_sql(
+                Self::HEADS_TABLE,
+                &Self::json_text_array("$2"),
+                "FOR UPDATE OF d SKIP LOCKED"
+            ),
+        );
+        let destinations = serde_json::to_string(req.destinations).unwrap_or_else(|_| "[]".into());
+        // Losing a claim in a server crash is harmless (its lease token is never settled
+        // against), so it need not wait for the WAL flush.
+        let mut tx = super::sql::begin_relaxed::<Self>(pool).await?;
+        let found = rows::<Self>(
+            &mut tx,
+            &sql,
+            &[
+                Arg::I64(req.now),
+                Arg::Str(&destinations),
+                Arg::I64(req.max_runs.max(1) as i64),
+                Arg::I64(req.max_deliveries.max(1) as i64),
+                Arg::Str(req.token),
+            ],
+        )
+        .await?;
+        if found.is_empty() {
+            // Nothing claimed: nothing written, no lease row.
+            return Ok(Vec::new());
+        }
+        super::sql::delivery::upsert_lease::<Self>(&mut tx, req).await?;
+        let claimed = found
+            .iter()
+            .map(claimed_from_row::<Self>)
+            .collect::<Result<Vec<_>, _>>()?;
+        tx.commit().await.map_err(db)?;
+        Ok(in_run_order(claimed))
+    }
+
+    type TimeLimit = Option<Duration>;
+
+    async fn set_time_limit(
+        conn: &mut Conn<Self>,
+        state: &mut Self::TimeLimit,
+        limit: Option<Duration>,
+    ) -> Result<bool, sqlx::Error> {
+        // `statement_timeout` limits each statement on its own; the transaction's own
+        // statements are short, so a limit may stay in force: set it only when it changes
+        // (once per batch, not twice per delivery).
+        if limit.is_none() || limit == *state {
+            return Ok(true);
+        }
+        *state = limit;
+        let ms = limit.map_or(0, |l| l.as_millis().clamp(1, i32::MAX as u128) as i64);
+        // SET does not take parameters; the value is a number formatted here.
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SET LOCAL statement_timeout = {ms}"
+        )))
+        .execute(conn)
+        .await?;
+        Ok(true)
+    }
+
+    async fn lock_purger(conn: &mut Conn<Self>) -> Result<bool, sqlx::Error> {
+        sqlx::query_scalar("SELECT pg_try_advisory_xact_lock(7243012201)")
+            .fetch_one(conn)
+            .await
+    }
+
+    async fn refresh_statistics(pool: &Pool<Postgres>) -> Result<(), sqlx::Error> {
+        // The claim only stops early (index scan in next_attempt_at order) when the planner
+        // knows how many rows are due: a backlog that grew within seconds needs fresh
+        // statistics.
+        sqlx::query("ANALYZE event_deliveries")
+            .execute(pool)
+            .await
+            .map(|_| ())
+    }
+
+    fn is_conflict(error: &dyn sqlx::error::DatabaseError) -> bool {
+        matches!(error.code().as_deref(), Some("40P01" | "40001"))
+    }
+
+    async fn kill(conn: &mut Conn<Self>) {
+        let _ = sqlx::query("SELECT pg_terminate_backend(pg_backend_pid())")
+            .execute(conn)
+            .await;
+    }
+}
+
+async fn adopt_migrations(
+    conn: &mut sqlx::PgConnection,
+    versions: &[i64],
+) -> Result<(), StoreError> {
+    let mut tx = conn.begin().await.map_err(db)?;
+    // `_sqlx_migrations` of the schema the connections see first (search_path).
+    let old = rows::<PostgresDialect>(
+        &mut tx,
+        "SELECT 1 AS present FROM pg_catalog.pg_class c \
+         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+         WHERE c.relname = '_sqlx_migrations' AND n.nspname = current_schema()",
+        &[],
+    )
+    .await?;
+    if old.is_empty() {
+        return Ok(());
+    }
+    let list = serde_json::to_string(versions).unwrap_or_else(|_| "[]".into());
+    let list_arg = [Arg::Str(&list)];
+    execute::<PostgresDialect>(
+        &mut tx,
+        &format!(
+            "CREATE TABLE IF NOT EXISTS {MIGRATIONS_TABLE} (version BIGINT PRIMARY KEY, description TEXT NOT NULL, \
+             installed_on TIMESTAMPTZ NOT NULL DEFAULT now(), success BOOLEAN NOT NULL, \
+             checksum BYTEA NOT NULL, execution_time BIGINT NOT NULL)"
+        ),
+        &[],
+    )
+    .await?;
+    execute::<PostgresDialect>(
+        &mut tx,
+        &format!(
+            "INSERT INTO {MIGRATIONS_TABLE} SELECT * FROM _sqlx_migrations \
+             WHERE version IN (SELECT jsonb_array_elements_text($1::jsonb)::bigint) \
+             ON CONFLICT (version) DO NOTHING"
+        ),
+        &list_arg,
+    )
+    .await?;
+    execute::<PostgresDialect>(
+        &mut tx,
+        "DELETE FROM _sqlx_migrations WHERE version IN (SELECT jsonb_array_elements_text($1::jsonb)::bigint)",
+        &list_arg,
+    )
+    .await?;
+    tx.commit().await.map_err(db)
+}

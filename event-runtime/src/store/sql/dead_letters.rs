@@ -1,0 +1,224 @@
+//! The dead letter queue of the SQL store: listing, replay and purge with their audit row,
+//! the audit log, and the pending envelopes a pre-deploy check decodes. Decides nothing about
+//! what to dead-letter: the engine does.
+
+use sqlx::{Database, Pool};
+use uuid::Uuid;
+
+use super::append::{promote, StreamKey};
+use super::exec::{Arg, SqlExec};
+use super::{db, rows, Conn, Dialect};
+use crate::store::types::{AuditEntry, DeadLetter, DeadLetterFilter, Resolution};
+use crate::store::{from_ms, StoreError};
+
+fn dead_letter_from_row<D: Dialect>(
+    r: &<D::DB as Database>::Row,
+) -> Result<DeadLetter, StoreError> {
+    let chain = D::DB::get_string(r, "error_chain").map_err(db)?;
+    let event_id = D::DB::get_string(r, "event_id").map_err(db)?;
+    let reason = D::DB::get_string(r, "reason").map_err(db)?;
+    Ok(DeadLetter {
+        id: D::DB::get_i64(r, "id").map_err(db)?,
+        event_id: Uuid::parse_str(&event_id)
+            .map_err(|e| StoreError::Corrupt(format!("dead letter event_id {event_id:?}: {e}")))?,
+        handler: D::DB::get_string(r, "handler").map_err(db)?,
+        event_name: D::DB::get_string(r, "name").map_err(db)?,
+        event_version: D::DB::get_i64(r, "version").map_err(db)? as u32,
+        envelope: D::DB::get_string(r, "envelope").map_err(db)?,
+        attempts: D::DB::get_i64(r, "attempts").map_err(db)? as u32,
+        first_failed_at: from_ms(D::DB::get_i64(r, "first_failed_at").map_err(db)?),
+        last_failed_at: from_ms(D::DB::get_i64(r, "last_failed_at").map_err(db)?),
+        reason: reason.parse().unwrap_or_else(|never| match never {}),
+        error_chain: serde_json::from_str(&chain)
+            .map_err(|e| StoreError::Corrupt(format!("dead letter error_chain: {e}")))?,
+        dead_at: from_ms(D::DB::get_i64(r, "dead_at").map_err(db)?),
+        resolved_at: D::DB::get_opt_i64(r, "resolved_at")
+            .map_err(db)?
+            .map(from_ms),
+        resolution: D::DB::get_opt_string(r, "resolution").map_err(db)?,
+    })
+}
+
+pub(crate) async fn list<D: Dialect>(
+    pool: &Pool<D::DB>,
+    filter: &DeadLetterFilter,
+) -> Result<Vec<DeadLetter>, StoreError> {
+    const SQL: &str =
+        "SELECT id, event_id, handler, name, version, envelope, attempts, first_failed_at,
+            last_failed_at, reason, error_chain, dead_at, resolved_at, resolution
+        FROM event_dead_letters
+        WHERE ($1 OR resolved_at IS NULL)
+          AND ($2 IS NULL OR handler = $2)
+          AND ($3 IS NULL OR name = $3)
+          AND ($4 IS NULL OR dead_at >= $4)
+          AND ($5 IS NULL OR dead_at < $5)
+          AND ($6 IS NULL OR id = $6)
+        ORDER BY id
+        LIMIT $7";
+    let mut conn = pool.acquire().await.map_err(db)?;
+    let limit = filter.limit.map_or(i64::MAX, i64::from);
+    rows::<D>(
+        &mut conn,
+        SQL,
+        &[
+            Arg::Bool(filter.include_resolved),
+            Arg::OptStr(filter.handler.as_deref()),
+            Arg::OptStr(filter.event_name.as_deref()),
+            Arg::OptI64(filter.since.map(|t| t.timestamp_millis())),
+            Arg::OptI64(filter.until.map(|t| t.timestamp_millis())),
+            Arg::OptI64(filter.id),
+            Arg::I64(limit),
+        ],
+    )
+    .await?
+    .iter()
+    .map(dead_letter_from_row::<D>)
+    .collect()
+}
+
+/// Replays or purges the open dead letters `ids` on `conn` (the caller's transaction), with
+/// one audit row. Returns the audit row and the runs a purge unblocked (to promote again
+/// after COMMIT where the dialect needs it).
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn resolve<D: Dialect>(
+    conn: &mut Conn<D>,
+    ids: &[i64],
+    action: Resolution,
+    actor: &str,
+    reason: &str,
+    now: i64,
+    progress: &mut (dyn FnMut(usize) + Send),
+) -> Result<(AuditEntry, Vec<StreamKey>), StoreError> {
+    const MARK: &str = "UPDATE event_dead_letters SET resolved_at = $1, resolution = $2
+        WHERE id = $3 AND resolved_at IS NULL RETURNING handler, event_id";
+    // A replayed delivery is the head of its run again (it was when it died).
+    const REPLAY: &str = "UPDATE event_deliveries SET status = 'pending', attempts = 0, next_attempt_at = $1,
+            lease_token = NULL, ready = TRUE, last_error = NULL, first_failed_at = NULL, last_failed_at = NULL
+        WHERE handler = $2 AND event_id = $3 AND status = 'dead'
+        RETURNING aggregate_type, aggregate_id";
+    const PURGE: &str = "UPDATE event_deliveries SET status = 'purged', lease_token = NULL
+        WHERE handler = $2 AND event_id = $3 AND status = 'dead' AND $1 >= 0
+        RETURNING aggregate_type, aggregate_id";
+    const AUDIT: &str =
+        "INSERT INTO event_audit_log (action, actor, reason, at, dead_letter_ids, count)
+        VALUES ($1, $2, $3, $4, $5, $6) RETURNING id";
+    let (label, action_name, delivery_sql) = match action {
+        Resolution::Replay => ("replayed", "replay", REPLAY),
+        Resolution::Purge => ("purged", "purge", PURGE),
+    };
+    let mut done = Vec::new();
+    let mut streams = Vec::new();
+    for (i, &id) in ids.iter().enumerate() {
+        let marked = rows::<D>(conn, MARK, &[Arg::I64(now), Arg::Str(label), Arg::I64(id)]).await?;
+        if let Some(r) = marked.first() {
+            let handler = D::DB::get_string(r, "handler").map_err(db)?;
+            let event_id = D::DB::get_string(r, "event_id").map_err(db)?;
+            let changed = rows::<D>(
+                conn,
+                delivery_sql,
+                &[Arg::I64(now), Arg::Str(&handler), Arg::Str(&event_id)],
+            )
+            .await?;
+            if action == Resolution::Purge {
+                for r in &changed {
+                    streams.push((
+                        handler.clone(),
+                        D::DB::get_string(r, "aggregate_type").map_err(db)?,
+                        D::DB::get_string(r, "aggregate_id").map_err(db)?,
+                    ));
+                }
+            }
+            done.push(id);
+        }
+        progress(i + 1);
+    }
+    // A purge lets the next delivery of the run flow.
+    let heads = promote::<D>(conn, &streams).await?;
+    let again = streams
+        .into_iter()
+        .filter(|s| !heads.contains_key(s))
+        .collect();
+    let ids_json = serde_json::to_string(&done).unwrap_or_else(|_| "[]".into());
+    let audit = rows::<D>(
+        conn,
+        AUDIT,
+        &[
+            Arg::Str(action_name),
+            Arg::Str(actor),
+            Arg::Str(reason),
+            Arg::I64(now),
+            Arg::Str(&ids_json),
+            Arg::I64(done.len() as i64),
+        ],
+    )
+    .await?;
+    let audit_id = audit
+        .first()
+        .map(|r| D::DB::get_i64(r, "id"))
+        .transpose()
+        .map_err(db)?
+        .ok_or_else(|| StoreError::Corrupt("the audit insert returned no id".into()))?;
+    Ok((
+        AuditEntry {
+            id: audit_id,
+            action: action_name.to_owned(),
+            actor: actor.to_owned(),
+            reason: reason.to_owned(),
+            at: from_ms(now),
+            count: done.len() as u64,
+            dead_letter_ids: done,
+        },
+        again,
+    ))
+}
+
+pub(crate) async fn audit_log<D: Dialect>(
+    pool: &Pool<D::DB>,
+    limit: u32,
+) -> Result<Vec<AuditEntry>, StoreError> {
+    let mut conn = pool.acquire().await.map_err(db)?;
+    rows::<D>(
+        &mut conn,
+        "SELECT id, action, actor, reason, at, dead_letter_ids, count
+         FROM event_audit_log ORDER BY id DESC LIMIT $1",
+        &[Arg::I64(i64::from(limit))],
+    )
+    .await?
+    .iter()
+    .map(|r| {
+        let ids = D::DB::get_string(r, "dead_letter_ids").map_err(db)?;
+        Ok(AuditEntry {
+            id: D::DB::get_i64(r, "id").map_err(db)?,
+            action: D::DB::get_string(r, "action").map_err(db)?,
+            actor: D::DB::get_string(r, "actor").map_err(db)?,
+            reason: D::DB::get_string(r, "reason").map_err(db)?,
+            at: from_ms(D::DB::get_i64(r, "at").map_err(db)?),
+            dead_letter_ids: serde_json::from_str(&ids)
+                .map_err(|e| StoreError::Corrupt(format!("audit dead_letter_ids: {e}")))?,
+            count: D::DB::get_i64(r, "count").map_err(db)?.max(0) as u64,
+        })
+    })
+    .collect()
+}
+
+pub(crate) async fn pending_envelopes<D: Dialect>(
+    pool: &Pool<D::DB>,
+) -> Result<Vec<(String, String, String)>, StoreError> {
+    let mut conn = pool.acquire().await.map_err(db)?;
+    rows::<D>(
+        &mut conn,
+        "SELECT d.handler, d.event_id, o.envelope FROM event_deliveries d
+         JOIN event_outbox o ON o.event_id = d.event_id WHERE d.status = 'pending' ORDER BY o.recorded_at",
+        &[],
+    )
+    .await?
+    .iter()
+    .map(|r| {
+        Ok((
+            D::DB::get_string(r, "handler").map_err(db)?,
+            D::DB::get_string(r, "event_id").map_err(db)?,
+            D::DB::get_string(r, "envelope").map_err(db)?,
+        ))
+    })
+    .collect()
+}

@@ -1,0 +1,133 @@
+//! Upkeep and inspection of the SQL store: the retention purge, backlog statistics, and the
+//! check that a database holds an outbox. Changes no delivery's outcome.
+
+use sqlx::Pool;
+
+use super::exec::{Arg, SqlExec};
+use super::{db, execute, rows, Dialect};
+use crate::store::types::{HandlerStats, OutboxStats};
+use crate::store::StoreError;
+
+pub(crate) async fn has_outbox<D: Dialect>(pool: &Pool<D::DB>) -> Result<bool, StoreError> {
+    let mut conn = pool.acquire().await.map_err(db)?;
+    match rows::<D>(&mut conn, "SELECT 1 FROM event_outbox LIMIT 1", &[]).await {
+        Ok(_) => Ok(true),
+        // Only "no such table" means there is no outbox; a permission error or a lost
+        // connection is passed through as it is.
+        Err(StoreError::Database(sqlx::Error::Database(e)))
+            if e.message().contains("no such table") || e.code().as_deref() == Some("42P01") =>
+        {
+            Ok(false)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+pub(crate) async fn purge_completed<D: Dialect>(
+    pool: &Pool<D::DB>,
+    cutoff: i64,
+    batch: u32,
+) -> Result<u64, StoreError> {
+    const DELIVERIES: &str = "DELETE FROM event_deliveries WHERE (handler, event_id) IN (
+            SELECT handler, event_id FROM event_deliveries
+            WHERE status = 'completed' AND completed_at < $1 LIMIT $2)";
+    const OUTBOX: &str = "DELETE FROM event_outbox WHERE event_id IN (
+            SELECT o.event_id FROM event_outbox o
+            WHERE o.recorded_at < $1
+              AND NOT EXISTS (SELECT 1 FROM event_deliveries d WHERE d.event_id = o.event_id)
+              AND NOT EXISTS (SELECT 1 FROM event_dead_letters l WHERE l.event_id = o.event_id AND l.resolved_at IS NULL)
+            LIMIT $2)";
+    let mut tx = D::begin(pool).await.map_err(db)?;
+    if !D::lock_purger(&mut tx).await.map_err(db)? {
+        return Ok(0);
+    }
+    let args = [Arg::I64(cutoff), Arg::I64(i64::from(batch))];
+    let n = execute::<D>(&mut tx, DELIVERIES, &args).await?;
+    execute::<D>(&mut tx, OUTBOX, &args).await?;
+    tx.commit().await.map_err(db)?;
+    Ok(n)
+}
+
+pub(crate) async fn stats<D: Dialect>(
+    pool: &Pool<D::DB>,
+    now: i64,
+) -> Result<OutboxStats, StoreError> {
+    const PER_HANDLER: &str = "SELECT handler, status, COUNT(*) AS n, MIN(created_at) AS oldest
+        FROM event_deliveries GROUP BY handler, status ORDER BY handler, status";
+    const DEAD: &str = "SELECT COUNT(*) AS n FROM event_dead_letters WHERE resolved_at IS NULL";
+    const EVENTS: &str = "SELECT COUNT(*) AS n FROM event_outbox";
+    const BLOCKED: &str = "SELECT COUNT(*) AS n FROM event_deliveries d
+        WHERE d.status IN ('pending', 'dead') AND d.status = 'pending' AND EXISTS (
+        SELECT 1 FROM event_deliveries p WHERE p.handler = d.handler
+          AND p.aggregate_type = d.aggregate_type AND p.aggregate_id = d.aggregate_id
+          AND p.sequence < d.sequence AND p.status IN ('pending', 'dead') AND p.status = 'dead')";
+    const PAUSED: &str = "SELECT DISTINCT destination FROM event_paused_destinations
+        WHERE expires_at IS NULL OR expires_at > $1";
+    let mut conn = pool.acquire().await.map_err(db)?;
+    let count = async |conn: &mut super::Conn<D>, sql: &str| -> Result<u64, StoreError> {
+        let r = rows::<D>(conn, sql, &[]).await?;
+        let n = r
+            .first()
+            .map(|r| D::DB::get_i64(r, "n"))
+            .transpose()
+            .map_err(db)?
+            .unwrap_or(0);
+        Ok(n.max(0) as u64)
+    };
+    let mut stats = OutboxStats {
+        events: count(&mut conn, EVENTS).await?,
+        dead_letters: count(&mut conn, DEAD).await?,
+        blocked: count(&mut conn, BLOCKED).await?,
+        ..OutboxStats::default()
+    };
+    let paused: Vec<String> = rows::<D>(&mut conn, PAUSED, &[Arg::I64(now)])
+        .await?
+        .iter()
+        .map(|r| D::DB::get_string(r, "destination").map_err(db))
+        .collect::<Result<_, _>>()?;
+    let mut oldest: Option<i64> = None;
+    for r in rows::<D>(&mut conn, PER_HANDLER, &[]).await? {
+        let handler = D::DB::get_string(&r, "handler").map_err(db)?;
+        let status = D::DB::get_string(&r, "status").map_err(db)?;
+        let n = D::DB::get_i64(&r, "n").map_err(db)?.max(0) as u64;
+        let first = D::DB::get_opt_i64(&r, "oldest").map_err(db)?;
+        let entry = match stats.handlers.iter_mut().position(|h| h.handler == handler) {
+            Some(i) => &mut stats.handlers[i],
+            None => {
+                stats.handlers.push(HandlerStats {
+                    paused: paused.contains(&handler),
+                    handler,
+                    ..HandlerStats::default()
+                });
+                stats.handlers.last_mut().expect("just pushed")
+            }
+        };
+        match status.as_str() {
+            "pending" => {
+                entry.pending += n;
+                stats.pending += n;
+                if let Some(f) = first {
+                    oldest = Some(oldest.map_or(f, |o| o.min(f)));
+                }
+            }
+            "completed" => entry.completed += n,
+            "dead" => entry.dead += n,
+            "purged" => entry.purged += n,
+            _ => {
+                entry.unknown += n;
+                stats.unknown_status += n;
+            }
+        }
+    }
+    for p in paused {
+        if !stats.handlers.iter().any(|h| h.handler == p) {
+            stats.handlers.push(HandlerStats {
+                handler: p,
+                paused: true,
+                ..HandlerStats::default()
+            });
+        }
+    }
+    stats.oldest_pending_age_secs = oldest.map(|o| ((now - o).max(0) as f64) / 1000.0);
+    Ok(stats)
+}

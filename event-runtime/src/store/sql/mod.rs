@@ -1,0 +1,537 @@
+//! The outbox over an sqlx driver, shared by the SQL backends: [`SqlStore`] implements
+//! [`Backend`] and [`SqlTx`] implements [`BackendTransaction`] once, generically, with the
+//! statements every supported dialect accepts; what differs (connecting, claiming, time
+//! limits, error codes) comes from the backend's [`Dialect`]. Names no database itself.
+
+pub(crate) mod append;
+pub(crate) mod claim;
+pub(crate) mod dead_letters;
+pub(crate) mod delivery;
+pub(crate) mod exec;
+pub(crate) mod maintenance;
+
+use std::any::{Any, TypeId};
+use std::collections::HashSet;
+use std::fmt;
+use std::future::Future;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::migrate::Migrator;
+use sqlx::{Database, Pool};
+use uuid::Uuid;
+
+use self::exec::{Arg, SqlExec};
+use super::backend::{
+    Backend, BackendTransaction, ClaimRequest, ClaimedDelivery, NewEvent, Pause, SettleResult,
+    Settlement,
+};
+use super::tx::SqlValue;
+use super::types::{
+    AuditEntry, DeadLetter, DeadLetterFilter, OutboxStats, PausedDestination, Resolution,
+};
+use super::{StoreError, Tx};
+
+/// The connection type of a dialect's driver.
+pub(crate) type Conn<D> = <<D as Dialect>::DB as Database>::Connection;
+
+/// The table the outbox records its own migrations in, apart from the application's
+/// `_sqlx_migrations`.
+pub(crate) const MIGRATIONS_TABLE: &str = "_event_outbox_migrations";
+
+/// What one SQL database does its own way. Implemented by each SQL backend module, which
+/// owns its dialect's statements and migrations.
+pub(crate) trait Dialect: Send + Sync + Sized + fmt::Debug + 'static {
+    /// The sqlx driver.
+    type DB: SqlExec;
+
+    /// The backend name (`sqlite`, `postgres`).
+    const NAME: &'static str;
+
+    /// Whether a commit or settlement promotes run heads again after COMMIT: needed where
+    /// concurrent transactions do not see each other's uncommitted rows and may both decide
+    /// that the other's row is not the head (PostgreSQL's READ COMMITTED). Not needed where
+    /// writers are serialised (SQLite).
+    const PROMOTE_AFTER_COMMIT: bool;
+
+    /// The statement that lets a transaction commit without waiting for durable storage
+    /// (PostgreSQL `SET LOCAL synchronous_commit = off`), for bookkeeping whose loss in a
+    /// database crash is harmless; `None` where commits are cheap anyway.
+    const RELAXED_COMMIT: Option<&'static str>;
+
+    /// Rows affected by a statement.
+    fn rows_affected(result: &<Self::DB as Database>::QueryResult) -> u64;
+
+    /// Begins a write transaction.
+    fn begin(
+        pool: &Pool<Self::DB>,
+    ) -> impl Future<Output = Result<sqlx::Transaction<'static, Self::DB>, sqlx::Error>> + Send;
+
+    /// The bundled migrations, recorded in [`MIGRATIONS_TABLE`].
+    fn migrator() -> Migrator;
+
+    /// Applies [`migrator`](Self::migrator)'s migrations not applied yet, one process at a
+    /// time, after moving the outbox's migration rows out of sqlx's default
+    /// `_sqlx_migrations` table (where release 0.1.0 recorded them) into
+    /// [`MIGRATIONS_TABLE`].
+    fn migrate(pool: &Pool<Self::DB>) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// The deliveries table as `d` in the claim's scan of ready heads, with whatever hint the
+    /// planner needs to scan the ready index in due order rather than every delivery of the
+    /// claimed destinations.
+    const HEADS_TABLE: &'static str;
+
+    /// A subquery yielding the text elements of the JSON array in placeholder `param`.
+    fn json_text_array(param: &str) -> String;
+
+    /// Leases ready runs (see [`Backend::claim`]).
+    fn claim(
+        pool: &Pool<Self::DB>,
+        req: &ClaimRequest<'_>,
+    ) -> impl Future<Output = Result<Vec<ClaimedDelivery>, StoreError>> + Send;
+
+    /// What a transaction keeps of its statement time limit between calls.
+    type TimeLimit: Send + Default + 'static;
+
+    /// Limits the running time of each following statement on `conn` (`None`: no limit),
+    /// keeping what it needs in `state`. Returns whether the dialect can.
+    fn set_time_limit(
+        conn: &mut Conn<Self>,
+        state: &mut Self::TimeLimit,
+        limit: Option<Duration>,
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
+
+    /// Takes the purger's lock for the transaction on `conn`; false when another holds it.
+    fn lock_purger(conn: &mut Conn<Self>)
+        -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
+
+    /// Refreshes the planner statistics of the deliveries table, if the database needs it.
+    fn refresh_statistics(
+        pool: &Pool<Self::DB>,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
+
+    /// A deadlock or serialization failure: the database asks for the whole transaction to
+    /// be retried.
+    fn is_conflict(error: &dyn sqlx::error::DatabaseError) -> bool;
+
+    /// Kills the database connection under `conn` (fault injection).
+    fn kill(conn: &mut Conn<Self>) -> impl Future<Output = ()> + Send;
+}
+
+/// An outbox store over one sqlx pool of dialect `D`.
+pub(crate) struct SqlStore<D: Dialect> {
+    pub(crate) pool: Pool<D::DB>,
+}
+
+impl<D: Dialect> fmt::Debug for SqlStore<D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqlStore")
+            .field("backend", &D::NAME)
+            .field("connections", &self.pool.size())
+            .finish()
+    }
+}
+
+impl<D: Dialect> SqlStore<D> {
+    pub(crate) fn new(pool: Pool<D::DB>) -> Self {
+        SqlStore { pool }
+    }
+}
+
+pub(crate) fn db(e: sqlx::Error) -> StoreError {
+    StoreError::Database(e)
+}
+
+/// Begins a transaction whose COMMIT need not wait for durable storage: for bookkeeping whose
+/// loss in a database crash is harmless — leases, run promotions, the outcomes of deliveries
+/// made outside any transaction (lost, those deliveries run again: at-least-once).
+pub(crate) async fn begin_relaxed<D: Dialect>(
+    pool: &Pool<D::DB>,
+) -> Result<sqlx::Transaction<'static, D::DB>, StoreError> {
+    let mut tx = D::begin(pool).await.map_err(db)?;
+    if let Some(sql) = D::RELAXED_COMMIT {
+        execute::<D>(&mut tx, sql, &[]).await?;
+    }
+    Ok(tx)
+}
+
+/// Promotes run heads again after a COMMIT (see [`Dialect::PROMOTE_AFTER_COMMIT`]).
+async fn promote_after_commit<D: Dialect>(
+    pool: &Pool<D::DB>,
+    streams: &[append::StreamKey],
+) -> Result<(), StoreError> {
+    let mut tx = begin_relaxed::<D>(pool).await?;
+    append::promote::<D>(&mut tx, streams).await?;
+    tx.commit().await.map_err(db)
+}
+
+/// Runs `sql` on `conn`; rows affected.
+pub(crate) async fn execute<D: Dialect>(
+    conn: &mut Conn<D>,
+    sql: &str,
+    args: &[Arg<'_>],
+) -> Result<u64, StoreError> {
+    let r = D::DB::exec(conn, sql, args).await.map_err(db)?;
+    Ok(D::rows_affected(&r))
+}
+
+/// Runs `sql` on `conn`; every row.
+pub(crate) async fn rows<D: Dialect>(
+    conn: &mut Conn<D>,
+    sql: &str,
+    args: &[Arg<'_>],
+) -> Result<Vec<<D::DB as Database>::Row>, StoreError> {
+    D::DB::rows(conn, sql, args).await.map_err(db)
+}
+
+fn sql_args<'a>(args: &'a [SqlValue<'a>]) -> Vec<Arg<'a>> {
+    args.iter()
+        .map(|a| match *a {
+            SqlValue::Int(v) => Arg::I64(v),
+            SqlValue::Text(v) => Arg::Str(v),
+            SqlValue::Null => Arg::Null,
+        })
+        .collect()
+}
+
+#[async_trait]
+impl<D: Dialect> Backend for SqlStore<D> {
+    fn name(&self) -> &'static str {
+        D::NAME
+    }
+
+    fn native_transaction_types(&self) -> Vec<TypeId> {
+        vec![TypeId::of::<Conn<D>>()]
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    async fn migrate(&self) -> Result<(), StoreError> {
+        D::migrate(&self.pool).await
+    }
+
+    async fn has_outbox(&self) -> Result<bool, StoreError> {
+        maintenance::has_outbox::<D>(&self.pool).await
+    }
+
+    async fn begin(&self) -> Result<Tx, StoreError> {
+        let tx = D::begin(&self.pool).await.map_err(db)?;
+        Ok(Tx::from_backend(Box::new(SqlTx::<D> {
+            tx: Some(tx),
+            pool: self.pool.clone(),
+            promote_after_commit: Vec::new(),
+            time_limit: D::TimeLimit::default(),
+            completed_runs: Vec::new(),
+        })))
+    }
+
+    async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    async fn renew_lease(&self, token: &str, expires_at: i64) -> Result<bool, StoreError> {
+        delivery::renew_lease::<D>(&self.pool, token, expires_at).await
+    }
+
+    async fn drop_lease(&self, token: &str) -> Result<u64, StoreError> {
+        delivery::drop_lease::<D>(&self.pool, token).await
+    }
+
+    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Vec<ClaimedDelivery>, StoreError> {
+        D::claim(&self.pool, req).await
+    }
+
+    async fn settle(
+        &self,
+        token: &str,
+        now: i64,
+        batch: &[Settlement<'_>],
+    ) -> Result<Vec<SettleResult>, StoreError> {
+        // The whole batch in one statement per kind first; if the database refuses one of
+        // them, again with each settlement contained in its own savepoint, so that one row
+        // the database refuses cannot keep the others from being recorded.
+        let mut tx = begin_relaxed::<D>(&self.pool).await?;
+        let (results, streams) =
+            match delivery::settle::<D>(&mut tx, token, now, batch, false).await {
+                Ok(done) => done,
+                Err(_) => {
+                    drop(tx);
+                    tx = begin_relaxed::<D>(&self.pool).await?;
+                    delivery::settle::<D>(&mut tx, token, now, batch, true).await?
+                }
+            };
+        tx.commit().await.map_err(db)?;
+        if D::PROMOTE_AFTER_COMMIT && !streams.is_empty() {
+            promote_after_commit::<D>(&self.pool, &streams).await?;
+        }
+        Ok(results)
+    }
+
+    async fn repair_runs(&self, expired_before: i64) -> Result<u64, StoreError> {
+        delivery::repair_runs::<D>(&self.pool, expired_before).await
+    }
+
+    async fn progressing(&self, destinations: &[String]) -> Result<u64, StoreError> {
+        delivery::progressing::<D>(&self.pool, destinations).await
+    }
+
+    async fn pause(&self, pause: &Pause) -> Result<(), StoreError> {
+        delivery::pause::<D>(&self.pool, pause).await
+    }
+
+    async fn resume(&self, destination: &str, paused_by: &str) -> Result<bool, StoreError> {
+        delivery::resume::<D>(&self.pool, destination, paused_by).await
+    }
+
+    async fn paused(&self, now: i64) -> Result<Vec<PausedDestination>, StoreError> {
+        delivery::paused::<D>(&self.pool, now).await
+    }
+
+    async fn purge_completed(&self, cutoff: i64, batch: u32) -> Result<u64, StoreError> {
+        maintenance::purge_completed::<D>(&self.pool, cutoff, batch).await
+    }
+
+    async fn refresh_statistics(&self) -> Result<(), StoreError> {
+        D::refresh_statistics(&self.pool).await.map_err(db)
+    }
+
+    async fn stats(&self, now: i64) -> Result<OutboxStats, StoreError> {
+        maintenance::stats::<D>(&self.pool, now).await
+    }
+
+    async fn dead_letters(&self, filter: &DeadLetterFilter) -> Result<Vec<DeadLetter>, StoreError> {
+        dead_letters::list::<D>(&self.pool, filter).await
+    }
+
+    async fn resolve_dead_letters(
+        &self,
+        ids: &[i64],
+        action: Resolution,
+        actor: &str,
+        reason: &str,
+        now: i64,
+        progress: &mut (dyn FnMut(usize) + Send),
+    ) -> Result<AuditEntry, StoreError> {
+        let mut tx = D::begin(&self.pool).await.map_err(db)?;
+        let (entry, streams) =
+            dead_letters::resolve::<D>(&mut tx, ids, action, actor, reason, now, progress).await?;
+        tx.commit().await.map_err(db)?;
+        if D::PROMOTE_AFTER_COMMIT && !streams.is_empty() {
+            promote_after_commit::<D>(&self.pool, &streams).await?;
+        }
+        Ok(entry)
+    }
+
+    async fn audit_log(&self, limit: u32) -> Result<Vec<AuditEntry>, StoreError> {
+        dead_letters::audit_log::<D>(&self.pool, limit).await
+    }
+
+    async fn pending_envelopes(&self) -> Result<Vec<(String, String, String)>, StoreError> {
+        dead_letters::pending_envelopes::<D>(&self.pool).await
+    }
+
+    fn is_conflict(&self, error: &(dyn std::error::Error + 'static)) -> bool {
+        let mut next = Some(error);
+        while let Some(e) = next {
+            let db = match (
+                e.downcast_ref::<StoreError>(),
+                e.downcast_ref::<sqlx::Error>(),
+            ) {
+                (Some(StoreError::Database(sqlx::Error::Database(db))), _)
+                | (_, Some(sqlx::Error::Database(db))) => Some(db),
+                _ => None,
+            };
+            if db.is_some_and(|db| D::is_conflict(db.as_ref())) {
+                return true;
+            }
+            next = e.source();
+        }
+        false
+    }
+}
+
+/// One open transaction of a [`SqlStore`].
+pub(crate) struct SqlTx<D: Dialect> {
+    /// `None` once committed or rolled back.
+    tx: Option<sqlx::Transaction<'static, D::DB>>,
+    /// For what must run outside the transaction: the conflict lookup after a refused insert,
+    /// promotions after COMMIT.
+    pool: Pool<D::DB>,
+    /// Runs to promote again after COMMIT ([`Dialect::PROMOTE_AFTER_COMMIT`]).
+    promote_after_commit: Vec<append::StreamKey>,
+    /// The statement time limit's state.
+    time_limit: D::TimeLimit,
+    /// Runs whose head completed in this transaction: promoted once, before COMMIT.
+    completed_runs: Vec<append::StreamKey>,
+}
+
+impl<D: Dialect> fmt::Debug for SqlTx<D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tx")
+            .field("backend", &D::NAME)
+            .field("open", &self.tx.is_some())
+            .finish()
+    }
+}
+
+impl<D: Dialect> SqlTx<D> {
+    fn conn(&mut self) -> &mut Conn<D> {
+        // A `SqlTx` is only reachable through `Tx`, which consumes it on commit or rollback.
+        &mut **self
+            .tx
+            .as_mut()
+            .expect("transaction used after commit or rollback")
+    }
+}
+
+fn check_savepoint(name: &str) -> Result<(), StoreError> {
+    if name.is_empty()
+        || !name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b == b'_' || b.is_ascii_digit())
+    {
+        return Err(StoreError::Corrupt(format!(
+            "invalid savepoint name {name:?}: a-z, 0-9 and _ only"
+        )));
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl<D: Dialect> BackendTransaction for SqlTx<D> {
+    async fn commit(mut self: Box<Self>) -> Result<(), StoreError> {
+        if !self.completed_runs.is_empty() {
+            let mut runs = std::mem::take(&mut self.completed_runs);
+            runs.sort();
+            runs.dedup();
+            let heads = append::promote::<D>(self.conn(), &runs).await?;
+            self.promote_after_commit
+                .extend(runs.into_iter().filter(|r| !heads.contains_key(r)));
+        }
+        let tx = self.tx.take().expect("committed once");
+        tx.commit().await.map_err(db)?;
+        if D::PROMOTE_AFTER_COMMIT && !self.promote_after_commit.is_empty() {
+            promote_after_commit::<D>(&self.pool, &self.promote_after_commit).await?;
+        }
+        Ok(())
+    }
+
+    async fn rollback(mut self: Box<Self>) -> Result<(), StoreError> {
+        let tx = self.tx.take().expect("rolled back once");
+        tx.rollback().await.map_err(db)
+    }
+
+    async fn execute(&mut self, sql: &str, args: &[SqlValue<'_>]) -> Result<u64, StoreError> {
+        let args = sql_args(args);
+        execute::<D>(self.conn(), sql, &args).await
+    }
+
+    async fn fetch_i64(
+        &mut self,
+        sql: &str,
+        args: &[SqlValue<'_>],
+    ) -> Result<Option<i64>, StoreError> {
+        let args = sql_args(args);
+        let rows = rows::<D>(self.conn(), sql, &args).await?;
+        match rows.first() {
+            None => Ok(None),
+            Some(row) => Ok(Some(D::DB::get_first_i64(row).map_err(db)?)),
+        }
+    }
+
+    async fn append_events(
+        &mut self,
+        events: &[NewEvent],
+        now: i64,
+    ) -> Result<HashSet<Uuid>, StoreError> {
+        let pool = self.pool.clone();
+        append::append_events::<D>(self.conn(), &pool, events, now).await
+    }
+
+    async fn insert_deliveries(
+        &mut self,
+        events: &[&NewEvent],
+        now: i64,
+    ) -> Result<(), StoreError> {
+        let waiting = append::insert_deliveries::<D>(self.conn(), events, now).await?;
+        self.promote_after_commit.extend(waiting);
+        Ok(())
+    }
+
+    async fn savepoint(&mut self, name: &str) -> Result<(), StoreError> {
+        check_savepoint(name)?;
+        execute::<D>(self.conn(), &format!("SAVEPOINT {name}"), &[]).await?;
+        Ok(())
+    }
+
+    async fn release_savepoint(&mut self, name: &str) -> Result<(), StoreError> {
+        check_savepoint(name)?;
+        execute::<D>(self.conn(), &format!("RELEASE SAVEPOINT {name}"), &[]).await?;
+        Ok(())
+    }
+
+    async fn rollback_to_savepoint(&mut self, name: &str) -> Result<(), StoreError> {
+        check_savepoint(name)?;
+        execute::<D>(self.conn(), &format!("ROLLBACK TO SAVEPOINT {name}"), &[]).await?;
+        Ok(())
+    }
+
+    async fn settle(
+        &mut self,
+        token: &str,
+        now: i64,
+        batch: &[Settlement<'_>],
+    ) -> Result<Vec<SettleResult>, StoreError> {
+        let (results, streams) =
+            delivery::settle::<D>(self.conn(), token, now, batch, true).await?;
+        self.promote_after_commit.extend(streams);
+        Ok(results)
+    }
+
+    async fn set_time_limit(&mut self, limit: Option<Duration>) -> Result<bool, StoreError> {
+        let conn: &mut Conn<D> = &mut **self.tx.as_mut().expect("open transaction");
+        D::set_time_limit(conn, &mut self.time_limit, limit)
+            .await
+            .map_err(db)
+    }
+
+    async fn complete(
+        &mut self,
+        token: &str,
+        now: i64,
+        settlement: &Settlement<'_>,
+    ) -> Result<SettleResult, StoreError> {
+        let done = delivery::complete_one::<D>(self.conn(), token, now, settlement).await?;
+        if done && settlement.sequence > 0 {
+            self.completed_runs.push((
+                settlement.destination.to_owned(),
+                settlement.aggregate_type.to_owned(),
+                settlement.aggregate_id.to_owned(),
+            ));
+        }
+        Ok(if done {
+            SettleResult::Settled
+        } else {
+            SettleResult::LeaseLost
+        })
+    }
+
+    fn native(&mut self, type_id: TypeId) -> Option<&mut (dyn Any + Send)> {
+        if type_id != TypeId::of::<Conn<D>>() {
+            return None;
+        }
+        let conn: &mut Conn<D> = &mut **self.tx.as_mut()?;
+        Some(conn as &mut (dyn Any + Send))
+    }
+
+    async fn abandon(mut self: Box<Self>, kill_connection: bool) {
+        if let Some(mut tx) = self.tx.take() {
+            if kill_connection {
+                D::kill(&mut tx).await;
+            }
+            drop(tx);
+        }
+    }
+}

@@ -1,0 +1,243 @@
+//! The SQLite backend (feature `sqlite`, on by default): an SQLite file or in-memory database,
+//! no server. Owns its connection options, its migrations (`migrations/sqlite`) and what SQLite
+//! does its own way; the statements it shares with other SQL databases live in `store::sql`.
+//!
+//! - Writes are serialised by SQLite (one writer at a time): transactions begin with
+//!   `BEGIN IMMEDIATE` and wait up to 30 s for the write lock (`busy_timeout`).
+//! - Files use the WAL journal with `synchronous = NORMAL`: a committed transaction survives a
+//!   crash of the process; one committed just before a power loss may be lost (SQLite's
+//!   documented trade-off for WAL + NORMAL).
+//! - A handler's time limit stops a statement it left running through SQLite's progress
+//!   handler (`sqlite3_progress_handler`): the statement fails with `SQLITE_INTERRUPT`.
+//! - `sqlite::memory:` is one connection: the engine's statements then take turns on it.
+//!   Prefer a file (a temporary one in tests).
+
+use std::str::FromStr;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, LazyLock};
+use std::time::{Duration, Instant};
+
+/// The instant SQLite statement deadlines count from (microseconds since it).
+static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
+
+use sqlx::migrate::Migrator;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Pool, Sqlite};
+
+use super::backend::{Backend, ClaimRequest, ClaimedDelivery};
+use super::sql::{claim, db, execute, rows, Conn, Dialect, SqlStore, MIGRATIONS_TABLE};
+use super::{BackendEntry, ConnectOptions, StoreError};
+
+/// The URL schemes of this backend: `sqlite://PATH`, `sqlite:PATH`, `sqlite::memory:`.
+pub const URL_SCHEMES: &[&str] = &["sqlite"];
+
+pub(crate) const ENTRY: BackendEntry = BackendEntry {
+    name: "sqlite",
+    url_schemes: URL_SCHEMES,
+    connect: |url, options| Box::pin(connect(url.to_owned(), options.clone())),
+};
+
+/// The SQLite dialect.
+#[derive(Debug)]
+pub(crate) struct SqliteDialect;
+
+async fn connect(url: String, options: ConnectOptions) -> Result<Arc<dyn Backend>, StoreError> {
+    if options.schema.is_some() {
+        return Err(StoreError::UnsupportedOption {
+            backend: "sqlite",
+            option: "schema",
+        });
+    }
+    let memory = url.contains(":memory:") || url.contains("mode=memory");
+    let path = url
+        .trim_start_matches("sqlite:")
+        .trim_start_matches("//")
+        .split('?')
+        .next()
+        .unwrap_or_default();
+    if path.is_empty() && !memory {
+        // sqlx would open a private temporary database per connection: a commit would
+        // "succeed" into a database nobody reads again.
+        return Err(StoreError::UnsupportedUrl {
+            url: url.clone(),
+            hint: "an SQLite URL needs a non-empty path (sqlite://PATH) or sqlite::memory:".into(),
+        });
+    }
+    if !options.create && !memory && !std::path::Path::new(path).exists() {
+        return Err(StoreError::NoSuchDatabase { url: url.clone() });
+    }
+    let connect = SqliteConnectOptions::from_str(&url)
+        .map_err(db)?
+        .create_if_missing(options.create)
+        .foreign_keys(true)
+        .busy_timeout(Duration::from_secs(30));
+    let connect = if memory {
+        connect
+    } else {
+        connect
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+    };
+    let pool = SqlitePoolOptions::new()
+        .max_connections(if memory {
+            1
+        } else {
+            options.max_connections.unwrap_or(4)
+        })
+        .min_connections(if memory { 1 } else { 0 })
+        .idle_timeout((!memory).then_some(Duration::from_secs(600)))
+        .max_lifetime((!memory).then_some(Duration::from_secs(1800)))
+        .acquire_timeout(Duration::from_secs(60))
+        .connect_with(connect)
+        .await
+        .map_err(db)?;
+    Ok(Arc::new(SqlStore::<SqliteDialect>::new(pool)))
+}
+
+/// A store over an SQLite pool configured elsewhere.
+pub(crate) fn from_pool(pool: sqlx::SqlitePool) -> Arc<dyn Backend> {
+    Arc::new(SqlStore::<SqliteDialect>::new(pool))
+}
+
+/// The pool of a store, if it is this backend.
+pub(crate) fn pool_of(backend: &dyn Backend) -> Option<&sqlx::SqlitePool> {
+    backend
+        .as_any()
+        .downcast_ref::<SqlStore<SqliteDialect>>()
+        .map(|s| &s.pool)
+}
+
+impl Dialect for SqliteDialect {
+    type DB = Sqlite;
+    const NAME: &'static str = "sqlite";
+    const RELAXED_COMMIT: Option<&'static str> = None;
+    const PROMOTE_AFTER_COMMIT: bool = false;
+
+    fn rows_affected(result: &sqlx::sqlite::SqliteQueryResult) -> u64 {
+        result.rows_affected()
+    }
+
+    async fn begin(pool: &Pool<Sqlite>) -> Result<sqlx::Transaction<'static, Sqlite>, sqlx::Error> {
+        pool.begin_with("BEGIN IMMEDIATE").await
+    }
+
+    fn migrator() -> Migrator {
+        let mut m = sqlx::migrate!("migrations/sqlite");
+        m.dangerous_set_table_name(MIGRATIONS_TABLE);
+        m
+    }
+
+    async fn migrate(pool: &Pool<Sqlite>) -> Result<(), StoreError> {
+        // Writers are serialised: two processes migrating take turns on the write lock.
+        let migrator = Self::migrator();
+        let versions: Vec<i64> = migrator.iter().map(|m| m.version).collect();
+        adopt_migrations(pool, &versions).await?;
+        migrator.run(pool).await?;
+        Ok(())
+    }
+
+    // SQLite's planner prefers the primary key (`handler IN (…)` is an equality) and would
+    // read every delivery of the destinations, completed ones included.
+    const HEADS_TABLE: &'static str = "event_deliveries d INDEXED BY event_deliveries_ready";
+
+    fn json_text_array(param: &str) -> String {
+        format!("(SELECT value FROM json_each({param}))")
+    }
+
+    async fn claim(
+        pool: &Pool<Sqlite>,
+        req: &ClaimRequest<'_>,
+    ) -> Result<Vec<ClaimedDelivery>, StoreError> {
+        claim::claim_in_steps::<Self>(pool, req).await
+    }
+
+    type TimeLimit = Option<Arc<AtomicI64>>;
+
+    async fn set_time_limit(
+        conn: &mut Conn<Self>,
+        state: &mut Self::TimeLimit,
+        limit: Option<Duration>,
+    ) -> Result<bool, sqlx::Error> {
+        // One progress handler per transaction, reading a deadline that later calls move
+        // without a round trip to the connection's thread. Called every 1,000 virtual machine
+        // instructions: returning false interrupts the statement (SQLITE_INTERRUPT).
+        let deadline = match state {
+            Some(d) => Arc::clone(d),
+            None => {
+                let d = Arc::new(AtomicI64::new(0));
+                let read = Arc::clone(&d);
+                let epoch = *EPOCH;
+                conn.lock_handle()
+                    .await?
+                    .set_progress_handler(1_000, move || {
+                        let at = read.load(Ordering::Relaxed);
+                        at == 0 || (epoch.elapsed().as_micros() as i64) < at
+                    });
+                *state = Some(Arc::clone(&d));
+                d
+            }
+        };
+        let at = limit.map_or(0, |l| (EPOCH.elapsed() + l).as_micros() as i64);
+        deadline.store(at.max(i64::from(limit.is_some())), Ordering::Relaxed);
+        Ok(true)
+    }
+
+    async fn lock_purger(_: &mut Conn<Self>) -> Result<bool, sqlx::Error> {
+        // One writer at a time already.
+        Ok(true)
+    }
+
+    async fn refresh_statistics(_: &Pool<Sqlite>) -> Result<(), sqlx::Error> {
+        Ok(())
+    }
+
+    fn is_conflict(error: &dyn sqlx::error::DatabaseError) -> bool {
+        // SQLITE_BUSY (5, and 517 BUSY_SNAPSHOT) after the busy timeout, SQLITE_LOCKED (6).
+        matches!(error.code().as_deref(), Some("5" | "6" | "517"))
+    }
+
+    async fn kill(_: &mut Conn<Self>) {
+        // Dropping the transaction is what a killed process does to an SQLite file.
+    }
+}
+
+async fn adopt_migrations(pool: &Pool<Sqlite>, versions: &[i64]) -> Result<(), StoreError> {
+    let mut tx = SqliteDialect::begin(pool).await.map_err(db)?;
+    let old = rows::<SqliteDialect>(
+        &mut tx,
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'",
+        &[],
+    )
+    .await?;
+    if old.is_empty() {
+        return Ok(());
+    }
+    let list = serde_json::to_string(versions).unwrap_or_else(|_| "[]".into());
+    <Sqlite as super::sql::exec::SqlExec>::exec_script(
+        &mut *tx,
+        &format!(
+            "CREATE TABLE IF NOT EXISTS {MIGRATIONS_TABLE} (version BIGINT PRIMARY KEY, description TEXT NOT NULL, \
+             installed_on TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP, success BOOLEAN NOT NULL, \
+             checksum BLOB NOT NULL, execution_time BIGINT NOT NULL)"
+        ),
+    )
+    .await
+    .map_err(db)?;
+    let list_arg = [super::sql::exec::Arg::Str(&list)];
+    execute::<SqliteDialect>(
+        &mut tx,
+        &format!(
+            "INSERT OR IGNORE INTO {MIGRATIONS_TABLE} SELECT * FROM _sqlx_migrations \
+             WHERE version IN (SELECT value FROM json_each($1))"
+        ),
+        &list_arg,
+    )
+    .await?;
+    execute::<SqliteDialect>(
+        &mut tx,
+        "DELETE FROM _sqlx_migrations WHERE version IN (SELECT value FROM json_each($1))",
+        &list_arg,
+    )
+    .await?;
+    tx.commit().await.map_err(db)
+}

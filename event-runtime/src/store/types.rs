@@ -1,0 +1,224 @@
+//! The records a store returns to its readers: dead letters and their filter, backlog
+//! statistics, the audit log, pauses, and the dead-letter reasons. Plain data, no queries.
+
+use std::fmt;
+use std::str::FromStr;
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+/// Why a delivery is in the dead letter queue, stored as a stable string (the `reason`
+/// column). A string this version does not know (written by a newer release) reads as
+/// [`Other`](Self::Other), never as an error.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DeadLetterReason {
+    /// `unknown_event`: no registered type has the event's name, or not its version (a newer
+    /// producer, or a newer instance during a rolling deploy). Replay after deploying code
+    /// that knows it.
+    UnknownEvent,
+    /// `undecodable`: the envelope or its payload does not decode into the registered type
+    /// (a missing required field, a wrong type), or cannot be upcast.
+    Undecodable,
+    /// `unknown_handler`: no handler or destination of that name is registered.
+    UnknownHandler,
+    /// `permanent`: the handler said retrying cannot help.
+    Permanent,
+    /// `exhausted`: the last allowed attempt failed too.
+    Exhausted,
+    /// `unrecordable`: the outcome of the delivery could not be recorded (the database
+    /// refused the statement); the error chain says why.
+    Unrecordable,
+    /// A reason this version does not know.
+    Other(String),
+}
+
+impl DeadLetterReason {
+    /// The stored string.
+    pub fn as_str(&self) -> &str {
+        match self {
+            DeadLetterReason::UnknownEvent => "unknown_event",
+            DeadLetterReason::Undecodable => "undecodable",
+            DeadLetterReason::UnknownHandler => "unknown_handler",
+            DeadLetterReason::Permanent => "permanent",
+            DeadLetterReason::Exhausted => "exhausted",
+            DeadLetterReason::Unrecordable => "unrecordable",
+            DeadLetterReason::Other(s) => s,
+        }
+    }
+}
+
+impl FromStr for DeadLetterReason {
+    type Err = std::convert::Infallible;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s {
+            "unknown_event" => DeadLetterReason::UnknownEvent,
+            "undecodable" => DeadLetterReason::Undecodable,
+            "unknown_handler" => DeadLetterReason::UnknownHandler,
+            "permanent" => DeadLetterReason::Permanent,
+            "exhausted" => DeadLetterReason::Exhausted,
+            "unrecordable" => DeadLetterReason::Unrecordable,
+            other => DeadLetterReason::Other(other.to_owned()),
+        })
+    }
+}
+
+impl fmt::Display for DeadLetterReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<str> for DeadLetterReason {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for DeadLetterReason {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl serde::Serialize for DeadLetterReason {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+/// A destination no worker claims deliveries of, until it is resumed.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct PausedDestination {
+    /// The destination (handler) name.
+    pub destination: String,
+    /// Who paused it: `operator`, or the runtime component (`nats-relay`).
+    pub paused_by: String,
+    /// Why.
+    pub reason: String,
+    /// When.
+    pub paused_at: DateTime<Utc>,
+    /// When a runtime pause lapses unless renewed; `None` for an operator's.
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+/// Outbox backlog, as `events outbox stats` prints it.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct OutboxStats {
+    /// Rows in the outbox (events not purged by retention).
+    pub events: u64,
+    /// Deliveries not completed yet (due, leased or waiting for a retry).
+    pub pending: u64,
+    /// Pending deliveries that wait behind a dead letter of the same (handler, aggregate):
+    /// they flow once it is replayed or purged.
+    pub blocked: u64,
+    /// Age of the oldest pending delivery, in seconds.
+    pub oldest_pending_age_secs: Option<f64>,
+    /// Dead letters not replayed or purged.
+    pub dead_letters: u64,
+    /// Deliveries whose status this version does not know (written by a newer release, or
+    /// edited by hand): counted here, never as another status.
+    pub unknown_status: u64,
+    /// Per-handler delivery counts.
+    pub handlers: Vec<HandlerStats>,
+}
+
+/// Delivery counts of one handler.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct HandlerStats {
+    /// The handler name.
+    pub handler: String,
+    /// Pending deliveries.
+    pub pending: u64,
+    /// Completed deliveries (until retention purges them).
+    pub completed: u64,
+    /// Deliveries in the dead letter queue.
+    pub dead: u64,
+    /// Deliveries given up on by a purge.
+    pub purged: u64,
+    /// Deliveries in a status this version does not know.
+    pub unknown: u64,
+    /// Whether the destination is paused now.
+    pub paused: bool,
+}
+
+/// Selects dead letters. The default selects every open (not replayed, not purged) one.
+#[derive(Debug, Clone, Default)]
+pub struct DeadLetterFilter {
+    /// Only this dead letter.
+    pub id: Option<i64>,
+    /// Only this handler.
+    pub handler: Option<String>,
+    /// Only this event name.
+    pub event_name: Option<String>,
+    /// Dead-lettered at or after.
+    pub since: Option<DateTime<Utc>>,
+    /// Dead-lettered before.
+    pub until: Option<DateTime<Utc>>,
+    /// Include replayed and purged ones.
+    pub include_resolved: bool,
+    /// At most this many.
+    pub limit: Option<u32>,
+}
+
+/// A delivery that failed for good.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct DeadLetter {
+    /// Id in the dead letter queue.
+    pub id: i64,
+    /// The event id (kept on replay).
+    pub event_id: Uuid,
+    /// The handler that failed.
+    pub handler: String,
+    /// The event name.
+    pub event_name: String,
+    /// The event version.
+    pub event_version: u32,
+    /// The original envelope, byte for byte.
+    pub envelope: String,
+    /// Attempts made.
+    pub attempts: u32,
+    /// First failure.
+    pub first_failed_at: DateTime<Utc>,
+    /// Last failure.
+    pub last_failed_at: DateTime<Utc>,
+    /// Why.
+    pub reason: DeadLetterReason,
+    /// The error and its sources, outermost first.
+    pub error_chain: Vec<String>,
+    /// When it entered the queue.
+    pub dead_at: DateTime<Utc>,
+    /// When it was replayed or purged.
+    pub resolved_at: Option<DateTime<Utc>>,
+    /// `replayed` or `purged`.
+    pub resolution: Option<String>,
+}
+
+/// What to do with dead letters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resolution {
+    /// Deliver again, same event id, attempts reset.
+    Replay,
+    /// Give up; later events of the aggregate flow.
+    Purge,
+}
+
+/// A row of the replay audit log.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct AuditEntry {
+    /// Row id.
+    pub id: i64,
+    /// `replay` or `purge`.
+    pub action: String,
+    /// Who.
+    pub actor: String,
+    /// Why.
+    pub reason: String,
+    /// When.
+    pub at: DateTime<Utc>,
+    /// Which dead letters.
+    pub dead_letter_ids: Vec<i64>,
+    /// How many.
+    pub count: u64,
+}
