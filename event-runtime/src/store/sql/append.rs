@@ -208,8 +208,8 @@ pub(crate) async fn insert_deliveries<D: Dialect>(
 }
 
 /// Makes ready the earliest pending delivery of each run in `streams`, unless an earlier one
-/// of the run is dead (the run waits for its replay or purge). Returns the runs that have a
-/// head now (pending and ready, or dead), with the head's event id.
+/// of the run is dead (the run waits for its replay or purge). Returns the runs whose head this
+/// call made ready, with the head's event id (not those whose head was ready already).
 pub(crate) async fn promote<D: Dialect>(
     conn: &mut Conn<D>,
     streams: &[StreamKey],
@@ -223,7 +223,9 @@ pub(crate) async fn promote<D: Dialect>(
         // The head is the delivery with the lowest sequence among those pending or dead; a
         // run whose head is dead stays blocked (marking a dead head ready changes nothing:
         // a replay makes it ready anyway). The row is found by its primary key alone, so
-        // that no planner reads the run's backlog to find it, whatever its statistics say.
+        // that no planner reads the run's backlog to find it, whatever its statistics say. A
+        // head that is ready already is left alone: it may be locked by the batch delivering
+        // it, and a commit must never wait for a delivery batch.
         let sql = format!(
             "UPDATE event_deliveries SET ready = TRUE \
              FROM (SELECT k.column1 AS h, (SELECT p.event_id FROM event_deliveries p \
@@ -232,6 +234,7 @@ pub(crate) async fn promote<D: Dialect>(
                        AND p.sequence > 0 ORDER BY p.sequence LIMIT 1) AS e \
                    FROM (VALUES {}) AS k) AS n \
              WHERE event_deliveries.handler = n.h AND event_deliveries.event_id = n.e \
+               AND NOT event_deliveries.ready \
              RETURNING event_deliveries.handler, event_deliveries.aggregate_type, \
                  event_deliveries.aggregate_id, event_deliveries.event_id",
             placeholders(chunk.len(), 3, 1)
