@@ -13,7 +13,7 @@ use event_core::{
 use futures_util::FutureExt;
 use smallvec::SmallVec;
 
-use crate::dispatch::guard::{Admission, IdempotencyGuard, DEFAULT_GUARD_CAPACITY};
+use crate::dispatch::guard::{Admission, IdempotencyGuard, Ticket, DEFAULT_GUARD_CAPACITY};
 use crate::dispatch::registry::{Registry, RegistryBuilder, RegistryError, TypeIdMap};
 use crate::dispatch::report::{DispatchReport, HandlerOutcome, Outcome, PanicMessage};
 use crate::dispatch::uow::UnitOfWork;
@@ -569,9 +569,9 @@ impl Dispatcher {
             }
             let outcome = match self.admit(h, meta) {
                 Admission::Duplicate => Outcome::Duplicate,
-                Admission::Run => {
+                Admission::Run(ticket) => {
                     let outcome = call(bound, envelope, tx.as_deref_mut()).await;
-                    self.finish(h, meta, &outcome);
+                    self.finish(ticket, h, meta, &outcome);
                     outcome
                 }
             };
@@ -583,15 +583,15 @@ impl Dispatcher {
     #[inline]
     fn admit(&self, handler: u32, meta: &Metadata) -> Admission {
         match &self.inner.guard {
-            None => Admission::Run,
+            None => Admission::Run(Ticket::NONE),
             Some(guard) => guard.admit(handler, meta.id),
         }
     }
 
     #[inline]
-    fn finish(&self, handler: u32, meta: &Metadata, outcome: &Outcome) {
+    fn finish(&self, ticket: Ticket, handler: u32, meta: &Metadata, outcome: &Outcome) {
         if let Some(guard) = &self.inner.guard {
-            guard.finish(handler, meta.id, matches!(outcome, Outcome::Ran));
+            guard.finish(ticket, handler, meta.id, matches!(outcome, Outcome::Ran));
         }
     }
 
@@ -599,9 +599,9 @@ impl Dispatcher {
     fn guarded(&self, handler: u32, meta: &Metadata, run: impl FnOnce() -> Outcome) -> Outcome {
         match self.admit(handler, meta) {
             Admission::Duplicate => Outcome::Duplicate,
-            Admission::Run => {
+            Admission::Run(ticket) => {
                 let outcome = run();
-                self.finish(handler, meta, &outcome);
+                self.finish(ticket, handler, meta, &outcome);
                 outcome
             }
         }
