@@ -4,10 +4,12 @@
 //! The LRU is written here rather than taken from a crate so that it allocates everything when
 //! the dispatcher is built: a slab of entries linked in recency order, and an open-addressing
 //! index into it that is never more than half full. Admitting an event and finishing it then
-//! allocate nothing, also while the guard fills up and forever after; `finish` goes straight
-//! to the entry `admit` reserved.
+//! allocate nothing, also while the guard fills up and forever after. Admitting takes the
+//! lock; finishing after a success (the common case) does not: it turns its own reservation's
+//! tag from in flight to done with one compare-and-swap.
 
-use std::num::NonZeroUsize;
+use std::num::{NonZeroU64, NonZeroUsize};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use uuid::Uuid;
@@ -22,13 +24,12 @@ const MAX_CAPACITY: usize = 1 << 31;
 /// "No entry" in the recency links.
 const NIL: u32 = u32::MAX;
 
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum State {
-    /// On the free list.
-    Free,
-    InFlight,
-    Done,
-}
+/// The state in the low two bits of an entry's tag; the rest is the entry's generation,
+/// which changes whenever the entry is given to another key.
+const FREE: u64 = 0;
+const IN_FLIGHT: u64 = 1;
+const DONE: u64 = 2;
+const STATE: u64 = 0b11;
 
 /// The handler index stands for the handler name, which is unique in a registry.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -37,7 +38,6 @@ struct Key {
     event: Uuid,
 }
 
-/// 32 bytes: two to a cache line.
 #[derive(Clone, Copy, Debug)]
 struct Entry {
     key: Key,
@@ -45,7 +45,6 @@ struct Entry {
     prev: u32,
     /// Towards the least recently used (or the next free entry).
     next: u32,
-    state: State,
 }
 
 /// What [`IdempotencyGuard::admit`] decided.
@@ -56,18 +55,29 @@ pub(crate) enum Admission {
     Duplicate,
 }
 
-/// Where [`IdempotencyGuard::admit`] put the reservation, so that `finish` need not look for
-/// it; checked against the key, since the entry may have been evicted and reused meanwhile.
+/// The reservation [`IdempotencyGuard::admit`] made: its entry and the entry's tag then. While
+/// the tag is unchanged the entry is still this reservation, so `finish` can mark it done
+/// without the lock.
 #[derive(Clone, Copy)]
-pub(crate) struct Ticket(u32);
+pub(crate) struct Ticket {
+    entry: u32,
+    tag: NonZeroU64,
+}
 
 impl Ticket {
     /// For a dispatcher without a guard.
-    pub(crate) const NONE: Ticket = Ticket(NIL);
+    pub(crate) const NONE: Ticket = Ticket {
+        entry: NIL,
+        tag: NonZeroU64::MIN,
+    };
 }
 
 pub(crate) struct IdempotencyGuard {
     lru: Mutex<Lru>,
+    /// Per entry, `generation << 2 | state`. Written under the lock, except by `finish` after
+    /// a success, which turns its own reservation from in flight to done with one
+    /// compare-and-swap: the common case takes the lock once per dispatch, not twice.
+    tags: Box<[AtomicU64]>,
 }
 
 struct Lru {
@@ -105,6 +115,7 @@ impl IdempotencyGuard {
                 mask: buckets - 1,
                 seed: [fastrand::u64(..), fastrand::u64(..), fastrand::u64(..)],
             }),
+            tags: (0..capacity).map(|_| AtomicU64::new(FREE)).collect(),
         }
     }
 
@@ -126,7 +137,11 @@ impl IdempotencyGuard {
             lru.touch(entry);
             return Admission::Duplicate;
         }
-        Admission::Run(Ticket(lru.insert(key, hash, State::InFlight)))
+        let (entry, tag) = lru.insert(&self.tags, key, hash, IN_FLIGHT);
+        Admission::Run(Ticket {
+            entry,
+            tag: NonZeroU64::new(tag).expect("an in-flight tag is not 0"),
+        })
     }
 
     /// Marks the pair done after success (where it is, without making it more recent; again
@@ -134,24 +149,44 @@ impl IdempotencyGuard {
     /// so that a retry runs it.
     #[inline]
     pub(crate) fn finish(&self, ticket: Ticket, handler: u32, event: Uuid, succeeded: bool) {
-        let key = Key { handler, event };
-        let mut lru = self.lock();
-        let found = match lru.entries.get(ticket.0 as usize) {
-            Some(e) if e.state != State::Free && e.key == key => Some(ticket.0),
-            _ => {
-                let hash = lru.hash(&key);
-                lru.find(&key, hash).map(|(_, entry)| entry)
+        if succeeded {
+            let reserved = ticket.tag.get();
+            if let Some(tag) = self.tags.get(ticket.entry as usize) {
+                let done = (reserved & !STATE) | DONE;
+                // Unchanged since `admit`: the entry is still this reservation (another
+                // admit of the pair is a duplicate and leaves the tag alone).
+                if tag
+                    .compare_exchange(reserved, done, Ordering::Release, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    return;
+                }
             }
-        };
+        }
+        self.finish_locked(Key { handler, event }, succeeded);
+    }
+
+    /// `finish` for a failure, or for a reservation that was evicted while its handler ran.
+    #[cold]
+    fn finish_locked(&self, key: Key, succeeded: bool) {
+        let mut lru = self.lock();
+        let hash = lru.hash(&key);
+        let found = lru.find(&key, hash).map(|(_, entry)| entry);
         match (found, succeeded) {
-            (Some(entry), true) => lru.entries[entry as usize].state = State::Done,
+            // Reserved again by another admit after the eviction: done now.
+            (Some(entry), true) => {
+                let tag = &self.tags[entry as usize];
+                tag.store(
+                    (tag.load(Ordering::Relaxed) & !STATE) | DONE,
+                    Ordering::Relaxed,
+                );
+            }
             (None, true) => {
-                let hash = lru.hash(&key);
-                lru.insert(key, hash, State::Done);
+                lru.insert(&self.tags, key, hash, DONE);
             }
             (Some(entry), false) => {
-                if lru.entries[entry as usize].state == State::InFlight {
-                    lru.remove(entry);
+                if self.tags[entry as usize].load(Ordering::Relaxed) & STATE == IN_FLIGHT {
+                    lru.remove(&self.tags, entry);
                 }
             }
             (None, false) => {}
@@ -220,8 +255,8 @@ impl Lru {
     }
 
     /// Stores a key that is not present, as the most recently used, evicting the least
-    /// recently used when full.
-    fn insert(&mut self, key: Key, hash: u64, state: State) -> u32 {
+    /// recently used when full. Returns the entry and its new tag.
+    fn insert(&mut self, tags: &[AtomicU64], key: Key, hash: u64, state: u64) -> (u32, u64) {
         let entry = if self.len == self.capacity {
             let oldest = self.tail;
             self.unindex(oldest);
@@ -239,7 +274,6 @@ impl Lru {
                     key,
                     prev: NIL,
                     next: NIL,
-                    state,
                 });
                 (self.entries.len() - 1) as u32
             }
@@ -248,23 +282,26 @@ impl Lru {
             key,
             prev: NIL,
             next: NIL,
-            state,
         };
+        // A new generation: a ticket for the entry's previous key no longer matches.
+        let tag = &tags[entry as usize];
+        let new = ((tag.load(Ordering::Relaxed) | STATE) + 1) | state;
+        tag.store(new, Ordering::Relaxed);
         self.link_front(entry);
         let mut bucket = self.home(hash);
         while self.index[bucket] != 0 {
             bucket = (bucket + 1) & self.mask;
         }
         self.index[bucket] = (hash << 32) | u64::from(entry + 1);
-        entry
+        (entry, new)
     }
 
-    fn remove(&mut self, entry: u32) {
+    fn remove(&mut self, tags: &[AtomicU64], entry: u32) {
         self.unindex(entry);
         self.unlink(entry);
-        let e = &mut self.entries[entry as usize];
-        e.state = State::Free;
-        e.next = self.free;
+        let tag = &tags[entry as usize];
+        tag.store(tag.load(Ordering::Relaxed) & !STATE, Ordering::Relaxed);
+        self.entries[entry as usize].next = self.free;
         self.free = entry;
         self.len -= 1;
     }
@@ -333,14 +370,14 @@ mod tests {
     #[derive(Default)]
     struct Model {
         capacity: usize,
-        list: Vec<(Key, State)>,
+        list: Vec<(Key, u64)>,
     }
 
     impl Model {
         fn position(&self, key: &Key) -> Option<usize> {
             self.list.iter().position(|(k, _)| k == key)
         }
-        fn put_front(&mut self, key: Key, state: State) {
+        fn put_front(&mut self, key: Key, state: u64) {
             if self.list.len() == self.capacity {
                 self.list.pop();
             }
@@ -352,14 +389,14 @@ mod tests {
                 self.list.insert(0, e);
                 return false;
             }
-            self.put_front(key, State::InFlight);
+            self.put_front(key, IN_FLIGHT);
             true
         }
         fn finish(&mut self, key: Key, succeeded: bool) {
             match (self.position(&key), succeeded) {
-                (Some(i), true) => self.list[i].1 = State::Done,
-                (None, true) => self.put_front(key, State::Done),
-                (Some(i), false) if self.list[i].1 == State::InFlight => {
+                (Some(i), true) => self.list[i].1 = DONE,
+                (None, true) => self.put_front(key, DONE),
+                (Some(i), false) if self.list[i].1 == IN_FLIGHT => {
                     self.list.remove(i);
                 }
                 _ => {}
@@ -367,13 +404,16 @@ mod tests {
         }
     }
 
-    fn contents(guard: &IdempotencyGuard) -> Vec<(Key, State)> {
+    fn contents(guard: &IdempotencyGuard) -> Vec<(Key, u64)> {
         let lru = guard.lock();
         let mut out = Vec::new();
         let mut e = lru.head;
         while e != NIL {
             let entry = lru.entries[e as usize];
-            out.push((entry.key, entry.state));
+            out.push((
+                entry.key,
+                guard.tags[e as usize].load(Ordering::Relaxed) & STATE,
+            ));
             e = entry.next;
         }
         assert_eq!(out.len(), lru.len);
@@ -420,6 +460,50 @@ mod tests {
                 }
                 assert_eq!(contents(&guard), model.list, "capacity {capacity}");
             }
+        }
+    }
+
+    /// Threads admitting and finishing the same few pairs: while nothing is evicted, a pair
+    /// never runs twice at once and a success is never run again; with evictions the guard
+    /// stays consistent.
+    #[test]
+    fn concurrent_admits_and_finishes_keep_it_consistent() {
+        use std::sync::atomic::AtomicBool;
+        for capacity in [64usize, 5] {
+            let guard = IdempotencyGuard::new(NonZeroUsize::new(capacity).unwrap());
+            let running: Vec<AtomicBool> = (0..32).map(|_| AtomicBool::new(false)).collect();
+            let done: Vec<AtomicBool> = (0..32).map(|_| AtomicBool::new(false)).collect();
+            std::thread::scope(|s| {
+                for seed in 0..4 {
+                    let (guard, running, done) = (&guard, &running, &done);
+                    s.spawn(move || {
+                        let mut rng = fastrand::Rng::with_seed(seed);
+                        for _ in 0..20_000 {
+                            let k = rng.usize(..32);
+                            let event = Uuid::from_u128(k as u128);
+                            let Admission::Run(ticket) = guard.admit(0, event) else {
+                                continue;
+                            };
+                            let evicts = capacity < 32;
+                            let was = running[k].swap(true, Ordering::SeqCst);
+                            assert!(evicts || !was, "pair {k} runs twice at once");
+                            assert!(evicts || !done[k].load(Ordering::SeqCst), "{k} ran again");
+                            let succeeded = rng.u8(..4) != 0;
+                            if succeeded {
+                                done[k].store(true, Ordering::SeqCst);
+                            }
+                            running[k].store(false, Ordering::SeqCst);
+                            guard.finish(ticket, 0, event, succeeded);
+                        }
+                    });
+                }
+            });
+            let contents = contents(&guard);
+            assert!(contents.len() <= capacity);
+            assert!(
+                contents.iter().all(|(_, state)| *state == DONE),
+                "none in flight"
+            );
         }
     }
 
