@@ -128,7 +128,6 @@ impl IdempotencyGuard {
     /// Reserves (handler, event) as in flight unless it is known; a known pair becomes the
     /// most recently used. When full, the least recently used pair is forgotten, whatever its
     /// state.
-    #[inline]
     pub(crate) fn admit(&self, handler: u32, event: Uuid) -> Admission {
         let key = Key { handler, event };
         let mut lru = self.lock();
