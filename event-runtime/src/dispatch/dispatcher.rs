@@ -237,7 +237,7 @@ impl DispatcherBuilder {
 
     /// Sets how many (handler, event id) pairs the idempotency guard remembers (default
     /// 10,000, at most 2³¹). `0` turns the guard off. The guard allocates all of it when the
-    /// dispatcher is built (about 62 bytes a pair), so that dispatching never allocates.
+    /// dispatcher is built (about 66 bytes a pair), so that dispatching never allocates.
     pub fn idempotency_capacity(mut self, capacity: usize) -> Self {
         self.guard_capacity = capacity;
         self
