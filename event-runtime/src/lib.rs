@@ -179,8 +179,8 @@ pub mod transport;
 
 pub use dispatch::{
     CommitError, Dispatch, DispatchError, DispatchReport, Dispatcher, DispatcherBuilder,
-    HandlerErrorSource, HandlerOutcome, Outcome, PanicMessage, Registry, RegistryBuilder,
-    RegistryError, UnitOfWork, DEFAULT_GUARD_CAPACITY,
+    HandlerErrorSource, HandlerOutcome, Outcome, Outcomes, OutcomesIter, PanicMessage, Registry,
+    RegistryBuilder, RegistryError, UnitOfWork, DEFAULT_GUARD_CAPACITY,
 };
 pub use outbox::retry::RetryPolicy;
 pub use outbox::{

@@ -2,6 +2,7 @@
 //! built once, guards against duplicates, isolates failures. Does no I/O of its own.
 
 use std::any::{Any, TypeId};
+use std::hash::{Hash, Hasher};
 use std::num::NonZeroUsize;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -11,11 +12,13 @@ use event_core::{
     HandlerDescriptor, HandlerError, Metadata, RawEnvelope,
 };
 use futures_util::FutureExt;
-use smallvec::SmallVec;
+use uuid::Uuid;
 
-use crate::dispatch::guard::{Admission, IdempotencyGuard, DEFAULT_GUARD_CAPACITY};
-use crate::dispatch::registry::{Registry, RegistryBuilder, RegistryError, TypeIdMap};
-use crate::dispatch::report::{DispatchReport, HandlerOutcome, Outcome, PanicMessage};
+use crate::dispatch::guard::{Admission, IdempotencyGuard, Ticket, DEFAULT_GUARD_CAPACITY};
+use crate::dispatch::registry::{
+    Registry, RegistryBuilder, RegistryError, TypeIdHasher, TypeIdMap,
+};
+use crate::dispatch::report::{DispatchReport, HandlerNames, Outcome, PanicMessage, Tally};
 use crate::dispatch::uow::UnitOfWork;
 
 /// Which handlers of an event a dispatch runs.
@@ -32,16 +35,107 @@ pub(crate) trait TransactionSource: Send {
     fn param(&mut self, type_id: TypeId) -> Option<&mut (dyn Any + Send)>;
 }
 
+/// A handler with its resources, ready to call.
+#[derive(Clone)]
 struct BoundHandler {
+    /// Its index in the registry (and the guard's key).
+    index: u32,
+    call: HandlerCall,
     descriptor: &'static HandlerDescriptor,
     resources: Box<[Arc<dyn Any + Send + Sync>]>,
 }
 
+/// One event's handlers, in the two orders they run in (each route holds its own copies, so
+/// that a dispatch walks one array).
+struct Route {
+    /// By (priority, name): a whole dispatch.
+    all: Box<[BoundHandler]>,
+    names: &'static HandlerNames,
+    /// The `in_transaction` handlers, then the after-commit ones, each by (priority, name): a
+    /// unit of work runs the first, then the second phase, and reports them in that order.
+    phased: Box<[BoundHandler]>,
+    phased_names: &'static HandlerNames,
+    in_transaction: usize,
+    /// Every handler is a plain `fn` and no upcast is needed: dispatch needs no future.
+    all_sync: bool,
+}
+
+impl Route {
+    /// The handlers of `phase`, the report position of the first, and the report's names.
+    #[inline(always)]
+    fn phase(&self, phase: Phase) -> (&[BoundHandler], u32, &'static HandlerNames) {
+        match phase {
+            Phase::All => (&self.all, 0, self.names),
+            Phase::Only(DeliveryMode::InTransaction) => {
+                (&self.phased[..self.in_transaction], 0, self.phased_names)
+            }
+            Phase::Only(DeliveryMode::AfterCommit) => (
+                &self.phased[self.in_transaction..],
+                self.in_transaction as u32,
+                self.phased_names,
+            ),
+        }
+    }
+}
+
+/// Event type → event index, probed linearly from the bits of the type id (which is a hash
+/// already): usually one comparison, where a general hash map spends tens of instructions.
+struct TypeTable {
+    /// `(type, event index)`; a vacant bucket holds `(TypeId::of::<Vacant>(), u32::MAX)`.
+    buckets: Box<[(TypeId, u32)]>,
+    mask: usize,
+}
+
+/// A type that is never an event: marks vacant buckets.
+struct Vacant;
+
+impl TypeTable {
+    fn new(types: impl ExactSizeIterator<Item = TypeId>) -> Self {
+        let len = (types.len() * 2).next_power_of_two();
+        let mut table = TypeTable {
+            buckets: vec![(TypeId::of::<Vacant>(), u32::MAX); len].into_boxed_slice(),
+            mask: len - 1,
+        };
+        for (index, type_id) in types.enumerate() {
+            let mut bucket = Self::home(type_id) & table.mask;
+            while table.buckets[bucket].1 != u32::MAX {
+                bucket = (bucket + 1) & table.mask;
+            }
+            table.buckets[bucket] = (type_id, index as u32);
+        }
+        table
+    }
+
+    #[inline(always)]
+    fn home(type_id: TypeId) -> usize {
+        let mut hasher = TypeIdHasher::default();
+        type_id.hash(&mut hasher);
+        hasher.finish() as usize
+    }
+
+    #[inline(always)]
+    fn get(&self, type_id: TypeId) -> Option<usize> {
+        let mut bucket = Self::home(type_id) & self.mask;
+        loop {
+            let (t, index) = self.buckets[bucket];
+            if t == type_id {
+                return Some(index as usize);
+            }
+            if index == u32::MAX {
+                return None;
+            }
+            bucket = (bucket + 1) & self.mask;
+        }
+    }
+}
+
 struct Inner {
     registry: Registry,
+    /// Per registry handler index (durable delivery calls one handler at a time).
     handlers: Vec<BoundHandler>,
-    /// Per event index: every handler is a plain `fn`, so dispatch needs no future.
-    all_sync: Vec<bool>,
+    types: TypeTable,
+    /// Per event index.
+    routes: Vec<Route>,
     resources: TypeIdMap<Arc<dyn Any + Send + Sync>>,
     guard: Option<IdempotencyGuard>,
 }
@@ -142,7 +236,8 @@ impl DispatcherBuilder {
     }
 
     /// Sets how many (handler, event id) pairs the idempotency guard remembers (default
-    /// 10,000). `0` turns the guard off.
+    /// 10,000, at most 2³¹). `0` turns the guard off. The guard allocates all of it when the
+    /// dispatcher is built (about 66 bytes a pair), so that dispatching never allocates.
     pub fn idempotency_capacity(mut self, capacity: usize) -> Self {
         self.guard_capacity = capacity;
         self
@@ -210,20 +305,43 @@ impl DispatcherBuilder {
                 })
                 .collect::<Result<_, _>>()?;
             handlers.push(BoundHandler {
+                index: handlers.len() as u32,
+                call: descriptor.call,
                 descriptor,
                 resources,
             });
         }
-        // An older version that must be upcast first takes the slow path too: the check costs
-        // the events that need no upcast nothing.
-        let all_sync = (0..registry.events().len())
+        let routes = (0..registry.events().len())
             .map(|e| {
-                registry.upcast_target(e).is_none()
-                    && registry.handlers_of(e).iter().all(|&h| {
-                        matches!(handlers[h as usize].descriptor.call, HandlerCall::Sync(_))
-                    })
+                let all: Vec<BoundHandler> = registry
+                    .handlers_of(e)
+                    .iter()
+                    .map(|&h| handlers[h as usize].clone())
+                    .collect();
+                let (mut phased, after): (Vec<_>, Vec<_>) = all
+                    .iter()
+                    .cloned()
+                    .partition(|h| h.descriptor.mode == DeliveryMode::InTransaction);
+                let in_transaction = phased.len();
+                phased.extend(after);
+                let names = |list: &[BoundHandler]| {
+                    let names: Vec<_> = list.iter().map(|h| h.descriptor.name).collect();
+                    HandlerNames::intern(&names)
+                };
+                Route {
+                    names: names(&all),
+                    phased_names: names(&phased),
+                    // An older version that must be upcast first takes the slow path too: the
+                    // check costs the events that need no upcast nothing.
+                    all_sync: registry.upcast_target(e).is_none()
+                        && all.iter().all(|h| matches!(h.call, HandlerCall::Sync(_))),
+                    all: all.into_boxed_slice(),
+                    phased: phased.into_boxed_slice(),
+                    in_transaction,
+                }
             })
             .collect();
+        let types = TypeTable::new(registry.events().iter().map(|e| (e.type_id)()));
         let guard = NonZeroUsize::new(self.guard_capacity).map(IdempotencyGuard::new);
         let resources = self
             .resources
@@ -234,7 +352,8 @@ impl DispatcherBuilder {
             inner: Arc::new(Inner {
                 registry,
                 handlers,
-                all_sync,
+                types,
+                routes,
                 resources,
                 guard,
             }),
@@ -246,7 +365,8 @@ impl DispatcherBuilder {
 /// [`DispatchReport`].
 ///
 /// When every handler of the event is a plain `fn`, the first poll runs them and is ready: no
-/// state machine, no allocation. Otherwise it drives the `async fn` handlers in order.
+/// state machine, no allocation (with the guard off or on). Otherwise it drives the `async fn`
+/// handlers in order, in a boxed future.
 #[must_use = "futures do nothing unless polled: `.await` the dispatch"]
 pub struct Dispatch<'a> {
     dispatcher: &'a Dispatcher,
@@ -271,36 +391,57 @@ impl std::fmt::Debug for Dispatch<'_> {
 impl<'a> std::future::Future for Dispatch<'a> {
     type Output = DispatchReport;
 
+    // Inlined where it is awaited: the hot path is short, and inlined it builds the report in
+    // place instead of copying it out of a callee's frame. Everything else is in
+    // `poll_first`, out of line.
+    #[inline(always)]
     fn poll(
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<DispatchReport> {
-        if self.slow.is_none() {
-            let d = self.dispatcher;
-            let Some(index) = d.inner.registry.event_index(self.event_type) else {
-                return std::task::Poll::Ready(DispatchReport::new(self.meta, self.name));
+        if let Some(slow) = &mut self.slow {
+            return slow.as_mut().poll(cx);
+        }
+        let inner = &*self.dispatcher.inner;
+        let Some(index) = inner.types.get(self.event_type) else {
+            return std::task::Poll::Ready(empty_report(self.meta, self.name));
+        };
+        let route = &inner.routes[index];
+        if route.all_sync {
+            let (handlers, envelope, meta, name) =
+                (&route.all, self.envelope, self.meta, self.name);
+            // One loop per guard kind, so that a dispatcher without a guard pays nothing for it.
+            let tally = match &inner.guard {
+                None => run_handlers(&NoGuard, handlers, 0, envelope, meta, name, None),
+                Some(guard) => run_handlers(guard, handlers, 0, envelope, meta, name, None),
             };
-            if let Ok(report) =
-                d.run_sync(index, self.envelope, self.meta, self.name, Phase::All, None)
-            {
-                return std::task::Poll::Ready(report);
-            }
-            let (envelope, erased) = (self.envelope, self.erased);
-            let (meta, name) = (self.meta, self.name);
-            self.slow = Some(Box::pin(d.run_async(
-                index,
-                envelope,
-                erased,
-                meta,
-                name,
-                Phase::All,
-                None,
-            )));
+            return std::task::Poll::Ready(tally.report(meta.id, name, route.names));
         }
-        match &mut self.slow {
-            Some(f) => f.as_mut().poll(cx),
-            None => unreachable!("set above"),
-        }
+        self.poll_first(index, cx)
+    }
+}
+
+impl Dispatch<'_> {
+    /// The first poll of a dispatch with `async fn` handlers (or an envelope to upcast).
+    #[inline(never)]
+    fn poll_first(
+        &mut self,
+        index: usize,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<DispatchReport> {
+        let d = self.dispatcher;
+        let (envelope, erased) = (self.envelope, self.erased);
+        let (meta, name) = (self.meta, self.name);
+        let slow = self.slow.insert(Box::pin(d.run_async(
+            index,
+            envelope,
+            erased,
+            meta,
+            name,
+            Phase::All,
+            None,
+        )));
+        slow.as_mut().poll(cx)
     }
 }
 
@@ -475,26 +616,20 @@ impl Dispatcher {
         meta: &Metadata,
         name: &'static str,
         phase: Phase,
-        mut tx: Option<&'t mut (dyn TransactionSource + 'static)>,
+        tx: Option<&'t mut (dyn TransactionSource + 'static)>,
     ) -> Result<DispatchReport, Option<&'t mut (dyn TransactionSource + 'static)>> {
         let inner = &*self.inner;
-        if !inner.all_sync[index] {
+        let route = &inner.routes[index];
+        if !route.all_sync {
             return Err(tx);
         }
-        let mut report = DispatchReport::new(meta, name);
-        for &h in inner.registry.handlers_of(index) {
-            let bound = &inner.handlers[h as usize];
-            if phase.skips(bound) {
-                continue;
-            }
-            let HandlerCall::Sync(f) = bound.descriptor.call else {
-                unreachable!("all_sync")
-            };
-            let outcome =
-                self.guarded(h, meta, || call_sync(f, bound, envelope, tx.as_deref_mut()));
-            report.push(bound, outcome, meta);
-        }
-        Ok(report)
+        let (handlers, first, names) = route.phase(phase);
+        // One loop per guard kind, so that a dispatcher without a guard pays nothing for it.
+        let tally = match &inner.guard {
+            None => run_handlers(&NoGuard, handlers, first, envelope, meta, name, tx),
+            Some(guard) => run_handlers(guard, handlers, first, envelope, meta, name, tx),
+        };
+        Ok(tally.report(meta.id, name, names))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -508,8 +643,8 @@ impl Dispatcher {
         phase: Phase,
         tx: Option<&mut (dyn TransactionSource + 'static)>,
     ) -> DispatchReport {
-        let Some(index) = self.inner.registry.event_index(event_type) else {
-            return DispatchReport::new(meta, name);
+        let Some(index) = self.inner.types.get(event_type) else {
+            return empty_report(meta, name);
         };
         match self.run_sync(index, envelope, meta, name, phase, tx) {
             Ok(report) => report,
@@ -534,114 +669,153 @@ impl Dispatcher {
         mut tx: Option<&mut (dyn TransactionSource + 'static)>,
     ) -> DispatchReport {
         let inner = &*self.inner;
-        let mut report = DispatchReport::new(meta, name);
         let upcast: Box<dyn AnyEnvelope>;
         if let Some(target) = inner.registry.upcast_target(index) {
-            let handlers = inner.registry.handlers_of(target);
-            if handlers
-                .iter()
-                .all(|&h| phase.skips(&inner.handlers[h as usize]))
-            {
-                return report; // none runs in this phase: no need to upcast
+            let (handlers, first, names) = inner.routes[target].phase(phase);
+            if handlers.is_empty() {
+                // None runs in this phase: no need to upcast.
+                return DispatchReport::new(meta.id, name, names);
             }
             match inner.registry.upcast_ref(erased, index, target) {
                 Ok(newer) => upcast = newer,
                 // Only a descriptor built by hand can get here (the chain was validated):
                 // every handler fails, permanently, with the reason.
                 Err(e) => {
-                    for &h in handlers {
-                        let bound = &inner.handlers[h as usize];
-                        if !phase.skips(bound) {
-                            let error = HandlerError::permanent(e.to_string());
-                            report.push(bound, Outcome::Failed(error), meta);
-                        }
+                    let mut tally = Tally::default();
+                    for (position, bound) in (first..).zip(handlers) {
+                        let outcome = Outcome::Failed(HandlerError::permanent(e.to_string()));
+                        log_failure(name, bound, &outcome, meta);
+                        tally.record(position, outcome);
                     }
-                    return report;
+                    return tally.report(meta.id, name, names);
                 }
             }
             envelope = upcast.as_any();
             index = target;
         }
-        for &h in inner.registry.handlers_of(index) {
-            let bound = &inner.handlers[h as usize];
-            if phase.skips(bound) {
-                continue;
-            }
-            let outcome = match self.admit(h, meta) {
-                Admission::Duplicate => Outcome::Duplicate,
-                Admission::Run => {
+        let (handlers, first, names) = inner.routes[index].phase(phase);
+        let mut tally = Tally::default();
+        for (position, bound) in (first..).zip(handlers) {
+            match self.admit(bound.index, meta) {
+                Admission::Duplicate => tally.duplicate(position),
+                Admission::Run(ticket) => {
                     let outcome = call(bound, envelope, tx.as_deref_mut()).await;
-                    self.finish(h, meta, &outcome);
-                    outcome
+                    let succeeded = matches!(outcome, Outcome::Ran);
+                    self.finish(ticket, bound.index, meta, succeeded);
+                    if !succeeded {
+                        log_failure(name, bound, &outcome, meta);
+                    }
+                    tally.record(position, outcome);
                 }
-            };
-            report.push(bound, outcome, meta);
+            }
         }
-        report
+        tally.report(meta.id, name, names)
     }
 
-    #[inline]
+    #[inline(always)]
     fn admit(&self, handler: u32, meta: &Metadata) -> Admission {
         match &self.inner.guard {
-            None => Admission::Run,
+            None => Admission::Run(Ticket::NONE),
             Some(guard) => guard.admit(handler, meta.id),
         }
     }
 
-    #[inline]
-    fn finish(&self, handler: u32, meta: &Metadata, outcome: &Outcome) {
+    #[inline(always)]
+    fn finish(&self, ticket: Ticket, handler: u32, meta: &Metadata, succeeded: bool) {
         if let Some(guard) = &self.inner.guard {
-            guard.finish(handler, meta.id, matches!(outcome, Outcome::Ran));
+            guard.finish(ticket, handler, meta.id, succeeded);
         }
     }
+}
 
+/// The guard as the dispatch loop of plain `fn` handlers sees it.
+trait Guard {
+    fn admit(&self, handler: u32, event: Uuid) -> Admission;
+    fn finish(&self, ticket: Ticket, handler: u32, event: Uuid, succeeded: bool);
+}
+
+/// The guard turned off: the checks compile away.
+struct NoGuard;
+
+impl Guard for NoGuard {
     #[inline(always)]
-    fn guarded(&self, handler: u32, meta: &Metadata, run: impl FnOnce() -> Outcome) -> Outcome {
-        match self.admit(handler, meta) {
-            Admission::Duplicate => Outcome::Duplicate,
-            Admission::Run => {
-                let outcome = run();
-                self.finish(handler, meta, &outcome);
-                outcome
+    fn admit(&self, _: u32, _: Uuid) -> Admission {
+        Admission::Run(Ticket::NONE)
+    }
+    #[inline(always)]
+    fn finish(&self, _: Ticket, _: u32, _: Uuid, _: bool) {}
+}
+
+impl Guard for IdempotencyGuard {
+    #[inline(always)]
+    fn admit(&self, handler: u32, event: Uuid) -> Admission {
+        IdempotencyGuard::admit(self, handler, event)
+    }
+    #[inline(always)]
+    fn finish(&self, ticket: Ticket, handler: u32, event: Uuid, succeeded: bool) {
+        IdempotencyGuard::finish(self, ticket, handler, event, succeeded)
+    }
+}
+
+/// Runs plain `fn` handlers in order, each isolated (a panic is caught), through `guard`.
+#[inline(always)]
+fn run_handlers(
+    guard: &impl Guard,
+    handlers: &[BoundHandler],
+    first: u32,
+    envelope: &(dyn Any + Send + Sync),
+    meta: &Metadata,
+    name: &'static str,
+    mut tx: Option<&mut (dyn TransactionSource + 'static)>,
+) -> Tally {
+    let mut tally = Tally::default();
+    for (position, bound) in (first..).zip(handlers) {
+        let HandlerCall::Sync(f) = bound.call else {
+            unreachable!("all_sync")
+        };
+        let ticket = match guard.admit(bound.index, meta.id) {
+            Admission::Duplicate => {
+                tally.duplicate(position);
+                continue;
+            }
+            Admission::Run(ticket) => ticket,
+        };
+        match call_sync(f, bound, envelope, tx.as_deref_mut()) {
+            Ok(Ok(())) => {
+                guard.finish(ticket, bound.index, meta.id, true);
+                tally.ran(position);
+            }
+            other => {
+                guard.finish(ticket, bound.index, meta.id, false);
+                let outcome = outcome(other);
+                log_failure(name, bound, &outcome, meta);
+                tally.record(position, outcome);
             }
         }
     }
+    tally
 }
 
-impl Phase {
-    #[inline]
-    fn skips(self, bound: &BoundHandler) -> bool {
-        matches!(self, Phase::Only(mode) if bound.descriptor.mode != mode)
-    }
+/// The report of an event that has no handlers here.
+fn empty_report(meta: &Metadata, name: &'static str) -> DispatchReport {
+    DispatchReport::new(meta.id, name, HandlerNames::empty())
 }
 
-impl DispatchReport {
-    #[inline]
-    fn new(meta: &Metadata, name: &'static str) -> Self {
-        DispatchReport {
-            event_id: meta.id,
-            event_name: name,
-            outcomes: SmallVec::new(),
-        }
-    }
-
-    #[inline]
-    fn push(&mut self, bound: &BoundHandler, outcome: Outcome, meta: &Metadata) {
-        if outcome.is_failure() {
-            tracing::warn!(
-                event = self.event_name,
-                event_id = %meta.id,
-                handler = bound.descriptor.name,
-                "event handler {outcome}"
-            );
-        }
-        self.outcomes.push(HandlerOutcome {
-            handler: bound.descriptor.name,
-            outcome,
-        });
-    }
+/// Logs a failed or panicked handler: out of line, so that the success path stays short.
+#[cold]
+#[inline(never)]
+fn log_failure(event: &'static str, bound: &BoundHandler, outcome: &Outcome, meta: &Metadata) {
+    tracing::warn!(
+        event,
+        event_id = %meta.id,
+        handler = bound.descriptor.name,
+        "event handler {outcome}"
+    );
 }
 
+/// The transaction as the type `bound` takes, if it takes one. Inlined: without a transaction
+/// (a plain dispatch) this folds away.
+#[inline(always)]
 fn transaction_for<'t>(
     bound: &BoundHandler,
     tx: Option<&'t mut (dyn TransactionSource + 'static)>,
@@ -652,18 +826,23 @@ fn transaction_for<'t>(
     }
 }
 
+/// What a plain `fn` handler did: returned, or panicked with this payload.
+type SyncResult = Result<Result<(), HandlerError>, Box<dyn Any + Send>>;
+
+/// Calls a plain `fn` handler, catching a panic. The caller turns anything but `Ok(Ok(()))`
+/// into an [`Outcome`] out of line.
 #[inline(always)]
 fn call_sync(
     f: fn(&mut HandlerContext<'_>) -> Result<(), HandlerError>,
     bound: &BoundHandler,
     envelope: &(dyn Any + Send + Sync),
     tx: Option<&mut (dyn TransactionSource + 'static)>,
-) -> Outcome {
+) -> SyncResult {
     let mut ctx = HandlerContext::new(envelope, &bound.resources, transaction_for(bound, tx));
-    outcome(std::panic::catch_unwind(AssertUnwindSafe(|| f(&mut ctx))))
+    std::panic::catch_unwind(AssertUnwindSafe(|| f(&mut ctx)))
 }
 
-fn outcome(result: Result<Result<(), HandlerError>, Box<dyn Any + Send>>) -> Outcome {
+fn outcome(result: SyncResult) -> Outcome {
     match result {
         Ok(Ok(())) => Outcome::Ran,
         Ok(Err(e)) => Outcome::Failed(e),
@@ -676,8 +855,8 @@ async fn call(
     envelope: &(dyn Any + Send + Sync),
     tx: Option<&mut (dyn TransactionSource + 'static)>,
 ) -> Outcome {
-    match bound.descriptor.call {
-        HandlerCall::Sync(f) => call_sync(f, bound, envelope, tx),
+    match bound.call {
+        HandlerCall::Sync(f) => outcome(call_sync(f, bound, envelope, tx)),
         HandlerCall::Async(f) => {
             let mut ctx =
                 HandlerContext::new(envelope, &bound.resources, transaction_for(bound, tx));

@@ -12,5 +12,5 @@ pub(crate) mod uow;
 pub use dispatcher::{Dispatch, DispatchError, Dispatcher, DispatcherBuilder};
 pub use guard::DEFAULT_GUARD_CAPACITY;
 pub use registry::{Registry, RegistryBuilder, RegistryError};
-pub use report::{DispatchReport, HandlerOutcome, Outcome, PanicMessage};
+pub use report::{DispatchReport, HandlerOutcome, Outcome, Outcomes, OutcomesIter, PanicMessage};
 pub use uow::{CommitError, HandlerErrorSource, UnitOfWork};

@@ -32,16 +32,15 @@ impl CommitError {
         mut report: DispatchReport,
         envelope: &dyn AnyEnvelope,
     ) -> Result<DispatchReport, CommitError> {
-        let Some(i) = report.outcomes.iter().position(|o| o.outcome.is_failure()) else {
+        let Some((handler, outcome)) = report.take_first_failure() else {
             return Ok(report);
         };
-        let failed = report.outcomes.swap_remove(i);
-        let (reason, error) = match failed.outcome {
+        let (reason, error) = match outcome {
             Outcome::Failed(e) => (format!("failed: {e}"), Some(HandlerErrorSource(e))),
             other => (other.to_string(), None),
         };
         Err(CommitError {
-            handler: failed.handler,
+            handler,
             event_name: envelope.name(),
             event_id: envelope.metadata().id,
             reason,
