@@ -2,8 +2,6 @@
 //! built once, guards against duplicates, isolates failures. Does no I/O of its own.
 
 use std::any::{Any, TypeId};
-use std::hash::{Hash, Hasher};
-use std::num::NonZeroUsize;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
@@ -15,11 +13,12 @@ use futures_util::FutureExt;
 use uuid::Uuid;
 
 use crate::dispatch::guard::{Admission, IdempotencyGuard, Ticket, DEFAULT_GUARD_CAPACITY};
-use crate::dispatch::registry::{
-    Registry, RegistryBuilder, RegistryError, TypeIdHasher, TypeIdMap,
-};
+use crate::dispatch::registry::{Registry, RegistryBuilder, TypeIdMap};
 use crate::dispatch::report::{DispatchReport, HandlerNames, Outcome, PanicMessage, Tally};
 use crate::dispatch::uow::UnitOfWork;
+
+pub use super::builder::DispatcherBuilder;
+use super::table::{BoundHandler, Route, TypeTable};
 
 /// Which handlers of an event a dispatch runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,109 +34,15 @@ pub(crate) trait TransactionSource: Send {
     fn param(&mut self, type_id: TypeId) -> Option<&mut (dyn Any + Send)>;
 }
 
-/// A handler with its resources, ready to call.
-#[derive(Clone)]
-struct BoundHandler {
-    /// Its index in the registry (and the guard's key).
-    index: u32,
-    call: HandlerCall,
-    descriptor: &'static HandlerDescriptor,
-    resources: Box<[Arc<dyn Any + Send + Sync>]>,
-}
-
-/// One event's handlers, in the two orders they run in (each route holds its own copies, so
-/// that a dispatch walks one array).
-struct Route {
-    /// By (priority, name): a whole dispatch.
-    all: Box<[BoundHandler]>,
-    names: &'static HandlerNames,
-    /// The `in_transaction` handlers, then the after-commit ones, each by (priority, name): a
-    /// unit of work runs the first, then the second phase, and reports them in that order.
-    phased: Box<[BoundHandler]>,
-    phased_names: &'static HandlerNames,
-    in_transaction: usize,
-    /// Every handler is a plain `fn` and no upcast is needed: dispatch needs no future.
-    all_sync: bool,
-}
-
-impl Route {
-    /// The handlers of `phase`, the report position of the first, and the report's names.
-    #[inline(always)]
-    fn phase(&self, phase: Phase) -> (&[BoundHandler], u32, &'static HandlerNames) {
-        match phase {
-            Phase::All => (&self.all, 0, self.names),
-            Phase::Only(DeliveryMode::InTransaction) => {
-                (&self.phased[..self.in_transaction], 0, self.phased_names)
-            }
-            Phase::Only(DeliveryMode::AfterCommit) => (
-                &self.phased[self.in_transaction..],
-                self.in_transaction as u32,
-                self.phased_names,
-            ),
-        }
-    }
-}
-
-/// Event type → event index, probed linearly from the bits of the type id (which is a hash
-/// already): usually one comparison, where a general hash map spends tens of instructions.
-struct TypeTable {
-    /// `(type, event index)`; a vacant bucket holds `(TypeId::of::<Vacant>(), u32::MAX)`.
-    buckets: Box<[(TypeId, u32)]>,
-    mask: usize,
-}
-
-/// A type that is never an event: marks vacant buckets.
-struct Vacant;
-
-impl TypeTable {
-    fn new(types: impl ExactSizeIterator<Item = TypeId>) -> Self {
-        let len = (types.len() * 2).next_power_of_two();
-        let mut table = TypeTable {
-            buckets: vec![(TypeId::of::<Vacant>(), u32::MAX); len].into_boxed_slice(),
-            mask: len - 1,
-        };
-        for (index, type_id) in types.enumerate() {
-            let mut bucket = Self::home(type_id) & table.mask;
-            while table.buckets[bucket].1 != u32::MAX {
-                bucket = (bucket + 1) & table.mask;
-            }
-            table.buckets[bucket] = (type_id, index as u32);
-        }
-        table
-    }
-
-    #[inline(always)]
-    fn home(type_id: TypeId) -> usize {
-        let mut hasher = TypeIdHasher::default();
-        type_id.hash(&mut hasher);
-        hasher.finish() as usize
-    }
-
-    #[inline(always)]
-    fn get(&self, type_id: TypeId) -> Option<usize> {
-        let mut bucket = Self::home(type_id) & self.mask;
-        loop {
-            let (t, index) = self.buckets[bucket];
-            if t == type_id {
-                return Some(index as usize);
-            }
-            if index == u32::MAX {
-                return None;
-            }
-            bucket = (bucket + 1) & self.mask;
-        }
-    }
-}
-
-struct Inner {
-    registry: Registry,
+pub(super) struct Inner {
+    pub(super) registry: Registry,
     /// Per registry handler index (durable delivery calls one handler at a time).
-    handlers: Vec<BoundHandler>,
-    types: TypeTable,
+    pub(super) handlers: Vec<BoundHandler>,
+    pub(super) types: TypeTable,
     /// Per event index.
-    routes: Vec<Route>,
-    resources: TypeIdMap<Arc<dyn Any + Send + Sync>>,
-    guard: Option<IdempotencyGuard>,
+    pub(super) routes: Vec<Route>,
+    pub(super) resources: TypeIdMap<Arc<dyn Any + Send + Sync>>,
+    pub(super) guard: Option<IdempotencyGuard>,
 }
 
 /// Routes events to their handlers, in process.
@@ -183,7 +88,7 @@ struct Inner {
 /// ```
 #[derive(Clone)]
 pub struct Dispatcher {
-    inner: Arc<Inner>,
+    pub(super) inner: Arc<Inner>,
 }
 
 impl std::fmt::Debug for Dispatcher {
@@ -193,171 +98,6 @@ impl std::fmt::Debug for Dispatcher {
             .field("handlers", &self.inner.handlers.len())
             .field("guard_capacity", &self.guard_capacity())
             .finish()
-    }
-}
-
-/// Configures a [`Dispatcher`].
-pub struct DispatcherBuilder {
-    registry: RegistryBuilder,
-    resources: TypeIdMap<(&'static str, Arc<dyn Any + Send + Sync>)>,
-    guard_capacity: usize,
-    transaction_types: Vec<TypeId>,
-}
-
-impl std::fmt::Debug for DispatcherBuilder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DispatcherBuilder")
-            .field("registry", &self.registry)
-            .field(
-                "resources",
-                &self.resources.values().map(|r| r.0).collect::<Vec<_>>(),
-            )
-            .field("guard_capacity", &self.guard_capacity)
-            .finish()
-    }
-}
-
-impl DispatcherBuilder {
-    /// Provides a resource: handlers that take `&T` get this value. Replaces an earlier `T`.
-    pub fn resource<T: Send + Sync + 'static>(self, value: T) -> Self {
-        self.resource_arc(Arc::new(value))
-    }
-
-    /// Provides a resource the application keeps a handle to.
-    pub fn resource_arc<T: Send + Sync + 'static>(mut self, value: Arc<T>) -> Self {
-        self.resources.insert(
-            TypeId::of::<T>(),
-            (
-                std::any::type_name::<T>(),
-                value as Arc<dyn Any + Send + Sync>,
-            ),
-        );
-        self
-    }
-
-    /// Sets how many (handler, event id) pairs the idempotency guard remembers (default
-    /// 10,000, at most 2³¹). `0` turns the guard off. The guard allocates all of it when the
-    /// dispatcher is built (about 66 bytes a pair), so that dispatching never allocates.
-    pub fn idempotency_capacity(mut self, capacity: usize) -> Self {
-        self.guard_capacity = capacity;
-        self
-    }
-
-    /// Fails [`build`](Self::build) when fewer than `count` handlers are registered (handler
-    /// crates dropped by the linker; see the crate docs, "Linking").
-    pub fn expect_handlers(mut self, count: usize) -> Self {
-        self.registry = self.registry.expect_handlers(count);
-        self
-    }
-
-    /// Registers event type `E` by hand (in addition to `inventory`, or instead of it with
-    /// [`Dispatcher::builder_empty`]).
-    pub fn event<E: DomainEvent>(mut self) -> Self {
-        self.registry = self.registry.event::<E>();
-        self
-    }
-
-    /// Registers handler `H` by hand: `.handler::<my_handler>()`.
-    pub fn handler<H: event_core::Handler>(mut self) -> Self {
-        self.registry = self.registry.handler::<H>();
-        self
-    }
-
-    /// Declares the transaction parameter types the runtime that runs this dispatcher can
-    /// provide (the store-backed runtime calls this).
-    pub(crate) fn provide_transactions(mut self, types: &[TypeId]) -> Self {
-        self.transaction_types.extend_from_slice(types);
-        self
-    }
-
-    /// Validates the registry and the resources and builds the dispatcher. Nothing is
-    /// dispatched before this succeeds.
-    ///
-    /// # Errors
-    /// Every [`RegistryError`]: duplicate (name, version), an upcast chain with a gap or a
-    /// fork, a handler of an older version than the newest, duplicate handler names, fewer
-    /// handlers than expected, a resource a handler takes that was not provided, a handler
-    /// that needs a transaction.
-    pub fn build(self) -> Result<Dispatcher, RegistryError> {
-        let registry = self.registry.build()?;
-        let mut handlers = Vec::with_capacity(registry.handlers().len());
-        for &descriptor in registry.handlers() {
-            if let Some(tx) = descriptor
-                .transaction
-                .filter(|t| !self.transaction_types.contains(&(t.type_id)()))
-            {
-                return Err(RegistryError::TransactionUnavailable {
-                    handler: descriptor.name,
-                    type_name: (tx.type_name)(),
-                });
-            }
-            let resources = descriptor
-                .resources
-                .iter()
-                .map(|r| {
-                    self.resources
-                        .get(&(r.type_id)())
-                        .map(|(_, v)| Arc::clone(v))
-                        .ok_or(RegistryError::MissingResource {
-                            handler: descriptor.name,
-                            type_name: (r.type_name)(),
-                        })
-                })
-                .collect::<Result<_, _>>()?;
-            handlers.push(BoundHandler {
-                index: handlers.len() as u32,
-                call: descriptor.call,
-                descriptor,
-                resources,
-            });
-        }
-        let routes = (0..registry.events().len())
-            .map(|e| {
-                let all: Vec<BoundHandler> = registry
-                    .handlers_of(e)
-                    .iter()
-                    .map(|&h| handlers[h as usize].clone())
-                    .collect();
-                let (mut phased, after): (Vec<_>, Vec<_>) = all
-                    .iter()
-                    .cloned()
-                    .partition(|h| h.descriptor.mode == DeliveryMode::InTransaction);
-                let in_transaction = phased.len();
-                phased.extend(after);
-                let names = |list: &[BoundHandler]| {
-                    let names: Vec<_> = list.iter().map(|h| h.descriptor.name).collect();
-                    HandlerNames::intern(&names)
-                };
-                Route {
-                    names: names(&all),
-                    phased_names: names(&phased),
-                    // An older version that must be upcast first takes the slow path too: the
-                    // check costs the events that need no upcast nothing.
-                    all_sync: registry.upcast_target(e).is_none()
-                        && all.iter().all(|h| matches!(h.call, HandlerCall::Sync(_))),
-                    all: all.into_boxed_slice(),
-                    phased: phased.into_boxed_slice(),
-                    in_transaction,
-                }
-            })
-            .collect();
-        let types = TypeTable::new(registry.events().iter().map(|e| (e.type_id)()));
-        let guard = NonZeroUsize::new(self.guard_capacity).map(IdempotencyGuard::new);
-        let resources = self
-            .resources
-            .into_iter()
-            .map(|(k, (_, v))| (k, v))
-            .collect();
-        Ok(Dispatcher {
-            inner: Arc::new(Inner {
-                registry,
-                handlers,
-                types,
-                routes,
-                resources,
-                guard,
-            }),
-        })
     }
 }
 

@@ -3,10 +3,12 @@
 //! the in-memory [`UnitOfWork`] and the [`DispatchReport`]. No I/O and no database here: the
 //! outbox layer calls into this one to run a handler.
 
+mod builder;
 pub(crate) mod dispatcher;
 pub(crate) mod guard;
 pub(crate) mod registry;
 pub(crate) mod report;
+mod table;
 pub(crate) mod uow;
 
 pub use dispatcher::{Dispatch, DispatchError, Dispatcher, DispatcherBuilder};
