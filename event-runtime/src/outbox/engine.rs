@@ -282,6 +282,7 @@ impl Outbox {
                     released.extend(run.deliveries[i..].iter().cloned());
                     break;
                 }
+                self.renew_live_leases(&mut tx).await?;
                 let started = Instant::now();
                 let step = self
                     .deliver_in_tx(&mut tx, dest, index, d, token)
@@ -327,6 +328,9 @@ impl Outbox {
             }
         }
         let mut tx = fault!(self, AfterHandler, tx);
+        // The lock this transaction held kept every renewal of this process waiting: renew
+        // before letting go of it, so that no other worker finds a live worker's lease lapsed.
+        self.renew_live_leases(&mut tx).await?;
         if !released.is_empty() {
             let now = inner.clock.now_ms();
             let batch: Vec<Settlement<'_>> = released
@@ -349,6 +353,20 @@ impl Outbox {
                 .record(elapsed.as_secs_f64());
         }
         Ok(report)
+    }
+
+    /// Where writers are serialised (SQLite), the batch transaction holds the only write
+    /// lock and this process's other workers cannot renew their leases: renew them here.
+    async fn renew_live_leases(&self, tx: &mut Tx) -> Result<(), OutboxError> {
+        let tokens = self
+            .inner
+            .live_leases
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let until = self.inner.clock.now_ms() + self.inner.config.lease.as_millis() as i64;
+        tx.backend().renew_leases(&tokens, until).await?;
+        Ok(())
     }
 
     async fn deliver_in_tx(
@@ -379,12 +397,15 @@ impl Outbox {
                 .call_one(index, &*envelope, Some(&mut *tx)),
         )
         .await;
-        // A deadline (SQLite) must not stop the bookkeeping that follows. After a failed
-        // statement the transaction may be aborted until the rollback to the savepoint: lift
-        // it then.
-        let lifted = tx.backend().set_time_limit(None).await;
+        // A deadline (SQLite) must not stop the bookkeeping that follows a success. After a
+        // failure or a timeout it stays until the rollback to the savepoint: a statement the
+        // dropped handler left running is stopped by it, not waited for.
+        let lifted = match outcome {
+            Ok(Outcome::Ran) => Some(tx.backend().set_time_limit(None).await),
+            _ => None,
+        };
         let failure = match outcome {
-            Ok(Outcome::Ran) if lifted.is_ok() => {
+            Ok(Outcome::Ran) if matches!(lifted, Some(Ok(_))) => {
                 let now = self.inner.clock.now_ms();
                 let done = SettleOutcome::Completed {
                     attempts: d.attempts.saturating_add(1),
@@ -424,11 +445,9 @@ impl Outbox {
             Err(_) => Failure::TimedOut(dest.timeout),
         };
         // Undo the handler's writes; the failure is recorded outside its savepoint.
-        tx.backend().rollback_to_savepoint(SAVEPOINT).await?;
+        undo(tx, SAVEPOINT).await?;
         tx.backend().release_savepoint(SAVEPOINT).await?;
-        if lifted.is_err() {
-            tx.backend().set_time_limit(None).await?;
-        }
+        tx.backend().set_time_limit(None).await?;
         let decision = self.after_failure(dest, d, failure);
         self.settle_failure_in_tx(tx, dest, d, decision, token)
             .await
@@ -615,6 +634,16 @@ enum InTx {
     Conflict,
     /// Failed and recorded: dead-lettered (`true`) or to be retried.
     Failed(bool),
+}
+
+/// Rolls back to `savepoint` after a failed or timed-out handler. The first try may return
+/// the error of the statement the dropped handler left running (PostgreSQL reports its
+/// cancellation by `statement_timeout` to the next command on the connection): try again.
+async fn undo(tx: &mut Tx, savepoint: &str) -> Result<(), crate::store::StoreError> {
+    match tx.backend().rollback_to_savepoint(savepoint).await {
+        Ok(()) => Ok(()),
+        Err(_) => tx.backend().rollback_to_savepoint(savepoint).await,
+    }
 }
 
 fn chain_of(e: &(dyn std::error::Error + 'static)) -> Vec<String> {

@@ -77,6 +77,8 @@ pub(crate) struct Inner {
     pub(crate) claimable: Vec<String>,
     pub(crate) wake: Notify,
     pub(crate) rng: Mutex<fastrand::Rng>,
+    /// The lease tokens of this process's running delivery loops.
+    pub(crate) live_leases: Mutex<Vec<String>>,
     /// Destinations this process paused as unavailable: when to look again, how often.
     pub(crate) runtime_paused: Mutex<HashMap<String, (Instant, Duration)>>,
     #[cfg(feature = "fault-injection")]
@@ -360,6 +362,7 @@ impl OutboxBuilder {
                 wake: Notify::new(),
                 rng: Mutex::new(fastrand::Rng::new()),
                 runtime_paused: Mutex::new(HashMap::new()),
+                live_leases: Mutex::new(Vec::new()),
                 #[cfg(feature = "fault-injection")]
                 fault: self.fault,
             }),

@@ -207,6 +207,12 @@ impl Outbox {
     ) -> Result<BatchReport, OutboxError> {
         let inner = &*self.inner;
         let token = lease.token().to_owned();
+        inner
+            .live_leases
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(token.clone());
+        let _live = LiveLease(self, &token);
         let (settle, outcomes) = mpsc::unbounded_channel();
         let tally = Arc::new(Tally::default());
         let settler = tokio::spawn(self.clone().settler(
@@ -424,6 +430,20 @@ impl Outbox {
                 _ = cancel.cancelled() => {}
             }
         }
+    }
+}
+
+/// Removes a delivery loop's token from the process's live leases when the loop ends.
+struct LiveLease<'a>(&'a Outbox, &'a str);
+
+impl Drop for LiveLease<'_> {
+    fn drop(&mut self) {
+        self.0
+            .inner
+            .live_leases
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|t| t != self.1);
     }
 }
 

@@ -220,8 +220,9 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// Closes every connection.
     async fn close(&self);
 
-    /// Extends lease `token` to `expires_at`. Returns false when there is no such row (the
-    /// worker has claimed nothing yet, or its lease lapsed and was deleted).
+    /// Extends lease `token` to `expires_at`, never shortening it. Returns false when nothing
+    /// changed: no such row (the worker has claimed nothing yet, or its lease lapsed and was
+    /// deleted), or a later expiry already.
     async fn renew_lease(&self, token: &str, expires_at: i64) -> Result<bool, StoreError>;
 
     /// Gives back every pending delivery leased to `token` (due as before, no attempt
@@ -359,6 +360,14 @@ pub trait BackendTransaction: Send + fmt::Debug {
         now: i64,
         settlement: &Settlement<'_>,
     ) -> Result<SettleResult, StoreError>;
+
+    /// Extends the leases `tokens` (this process's live workers) to `expires_at` inside this
+    /// transaction, where the database has a single writer (SQLite): while this transaction
+    /// holds the write lock, no worker can renew its own lease, and a lease that lapsed
+    /// meanwhile would let another worker take over deliveries a live worker is running. A
+    /// no-op where renewals do not wait for writers (PostgreSQL: there it would lock the lease
+    /// rows against their own workers' renewals).
+    async fn renew_leases(&mut self, tokens: &[String], expires_at: i64) -> Result<(), StoreError>;
 
     /// Limits how long each following statement may run (`None`: no limit), so that a
     /// handler's time limit also stops a statement it left running in the database. Returns

@@ -108,6 +108,7 @@ impl Dialect for PostgresDialect {
     type DB = Postgres;
     const NAME: &'static str = "postgres";
     const RELAXED_COMMIT: Option<&'static str> = Some("SET LOCAL synchronous_commit = off");
+    const SINGLE_WRITER: bool = false;
     const PROMOTE_AFTER_COMMIT: bool = true;
 
     fn rows_affected(result: &sqlx::postgres::PgQueryResult) -> u64 {

@@ -111,6 +111,7 @@ impl Dialect for SqliteDialect {
     type DB = Sqlite;
     const NAME: &'static str = "sqlite";
     const RELAXED_COMMIT: Option<&'static str> = None;
+    const SINGLE_WRITER: bool = true;
     const PROMOTE_AFTER_COMMIT: bool = false;
 
     fn rows_affected(result: &sqlx::sqlite::SqliteQueryResult) -> u64 {

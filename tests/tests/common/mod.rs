@@ -14,15 +14,29 @@ pub fn postgres_url(test: &str) -> Option<String> {
             if std::env::var("EVENTS_TEST_REQUIRE_SERVICES").as_deref() == Ok("1") {
                 panic!("{test}: EVENTS_TEST_REQUIRE_SERVICES=1 but EVENTS_TEST_POSTGRES_URL is not set");
             }
-            eprintln!("{test}: PostgreSQL case skipped: EVENTS_TEST_POSTGRES_URL is not set");
+            say_once(&format!(
+                "PostgreSQL cases skipped ({test} and others): EVENTS_TEST_POSTGRES_URL is not set"
+            ));
             None
         }
     }
 }
 
-/// A unique, lower-case name for a schema or file.
+/// Prints `message` once per test binary on the process's standard error, which `cargo test`
+/// shows (unlike `eprintln!`, which the test harness captures).
+pub fn say_once(message: &str) {
+    use std::io::Write;
+    static SAID: std::sync::Once = std::sync::Once::new();
+    SAID.call_once(|| {
+        let _ = writeln!(std::io::stderr(), "note: {message}");
+    });
+}
+
+/// A unique, lower-case name for a schema or file: at most 63 characters (PostgreSQL cuts
+/// longer identifiers, which would make two runs share a schema).
 pub fn unique(test: &str) -> String {
-    format!("{}_{}", test, uuid::Uuid::now_v7().simple()).to_lowercase()
+    let short: String = test.chars().take(24).collect();
+    format!("{}_{}", short, uuid::Uuid::now_v7().simple()).to_lowercase()
 }
 
 /// A fresh SQLite file store.

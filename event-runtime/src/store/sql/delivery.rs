@@ -21,7 +21,8 @@ pub(crate) async fn upsert_lease<D: Dialect>(
     execute::<D>(
         conn,
         "INSERT INTO event_leases (token, owner, acquired_at, expires_at) VALUES ($1, $2, $3, $4) \
-         ON CONFLICT (token) DO UPDATE SET expires_at = excluded.expires_at",
+         ON CONFLICT (token) DO UPDATE SET expires_at = excluded.expires_at \
+         WHERE event_leases.expires_at < excluded.expires_at",
         &[
             Arg::Str(req.token),
             Arg::Str(req.owner),
@@ -41,7 +42,9 @@ pub(crate) async fn renew_lease<D: Dialect>(
     let mut tx = super::begin_relaxed::<D>(pool).await?;
     let n = execute::<D>(
         &mut tx,
-        "UPDATE event_leases SET expires_at = $2 WHERE token = $1",
+        // Never backwards: a renewal that waited for the write lock (SQLite) carries an expiry
+        // computed before the wait, older than one the lock holder wrote meanwhile.
+        "UPDATE event_leases SET expires_at = $2 WHERE token = $1 AND expires_at < $2",
         &[Arg::Str(token), Arg::I64(expires_at)],
     )
     .await?;

@@ -48,6 +48,11 @@ pub(crate) trait Dialect: Send + Sync + Sized + fmt::Debug + 'static {
     /// The backend name (`sqlite`, `postgres`).
     const NAME: &'static str;
 
+    /// Whether writers are serialised by the database (one write transaction at a time):
+    /// then a batch transaction renews its process's leases itself (see
+    /// [`BackendTransaction::renew_leases`]).
+    const SINGLE_WRITER: bool;
+
     /// Whether a commit or settlement promotes run heads again after COMMIT: needed where
     /// concurrent transactions do not see each other's uncommitted rows and may both decide
     /// that the other's row is not the head (PostgreSQL's READ COMMITTED). Not needed where
@@ -379,8 +384,7 @@ impl<D: Dialect> fmt::Debug for SqlTx<D> {
 impl<D: Dialect> SqlTx<D> {
     fn conn(&mut self) -> &mut Conn<D> {
         // A `SqlTx` is only reachable through `Tx`, which consumes it on commit or rollback.
-        &mut **self
-            .tx
+        self.tx
             .as_mut()
             .expect("transaction used after commit or rollback")
     }
@@ -490,8 +494,21 @@ impl<D: Dialect> BackendTransaction for SqlTx<D> {
         Ok(results)
     }
 
+    async fn renew_leases(&mut self, tokens: &[String], expires_at: i64) -> Result<(), StoreError> {
+        if !D::SINGLE_WRITER || tokens.is_empty() {
+            return Ok(());
+        }
+        let list = serde_json::to_string(tokens).unwrap_or_else(|_| "[]".into());
+        let sql = format!(
+            "UPDATE event_leases SET expires_at = $1 WHERE expires_at < $1 AND token IN {}",
+            D::json_text_array("$2")
+        );
+        execute::<D>(self.conn(), &sql, &[Arg::I64(expires_at), Arg::Str(&list)]).await?;
+        Ok(())
+    }
+
     async fn set_time_limit(&mut self, limit: Option<Duration>) -> Result<bool, StoreError> {
-        let conn: &mut Conn<D> = &mut **self.tx.as_mut().expect("open transaction");
+        let conn: &mut Conn<D> = self.tx.as_mut().expect("open transaction");
         D::set_time_limit(conn, &mut self.time_limit, limit)
             .await
             .map_err(db)

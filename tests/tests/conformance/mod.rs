@@ -1,0 +1,129 @@
+//! The conformance suite of the store boundary and the delivery engine: every behaviour the
+//! outbox promises, as one async function per case taking a [`Db`], run by every backend with
+//! one line:
+//!
+//! ```text
+//! conformance_suite!(sqlite, conformance::sqlite);
+//! conformance_suite!(postgres, conformance::postgres);
+//! ```
+//!
+//! (`tests/tests/store_conformance.rs`). A new backend adds a function that opens a fresh
+//! database of its kind — `async fn(&str) -> Option<Db>`, `None` (after saying why) when its
+//! server is not configured — and that one line. A case must not depend on a backend; where
+//! SQL must differ it asks `store.backend_name()`.
+
+
+pub mod crash;
+pub mod engine;
+pub mod outbox;
+
+use event_runtime::{ConnectOptions, Store};
+
+/// One fresh database of one backend, reopened as often as a case needs (a restarted
+/// process, a second worker pool).
+#[derive(Clone, Debug)]
+pub struct Db {
+    /// `sqlite`, `postgres`: names failures.
+    pub label: &'static str,
+    /// Its URL.
+    pub url: String,
+    /// How to open it (a PostgreSQL schema of its own).
+    pub options: ConnectOptions,
+}
+
+impl Db {
+    /// Opens a new store on the database (migrating it the first time).
+    pub async fn open(&self) -> Store {
+        Store::connect_with(&self.url, &self.options)
+            .await
+            .unwrap_or_else(|e| {
+                panic!(
+                    "{}: cannot open {}: {}",
+                    self.label,
+                    self.url,
+                    event_core::ErrorChain(&e)
+                )
+            })
+    }
+
+    pub fn label(&self) -> &'static str {
+        self.label
+    }
+}
+
+/// A fresh SQLite file.
+pub async fn sqlite(test: &str) -> Option<Db> {
+    let path = std::env::temp_dir().join(format!("{}.db", crate::common::unique(test)));
+    Some(Db {
+        label: "sqlite",
+        url: format!("sqlite://{}", path.display()),
+        options: ConnectOptions::default(),
+    })
+}
+
+/// A fresh schema of the PostgreSQL server of `EVENTS_TEST_POSTGRES_URL`; `None` (said once
+/// per test binary) when it is not set.
+pub async fn postgres(test: &str) -> Option<Db> {
+    let url = crate::common::postgres_url(test)?;
+    Some(Db {
+        label: "postgres",
+        url,
+        options: ConnectOptions::default().schema(crate::common::unique(test)),
+    })
+}
+
+/// Generates one test per conformance case for a backend: `conformance_suite!(name, open)`
+/// where `open: async fn(&str) -> Option<Db>` gives a fresh database (or `None` to skip).
+#[macro_export]
+macro_rules! conformance_suite {
+    ($backend:ident, $open:path) => {
+        mod $backend {
+            $crate::conformance_suite!(@cases $open;
+                outbox::committed_events_are_delivered_once_with_their_effects,
+                outbox::an_in_transaction_failure_rolls_back_state_outbox_and_deliveries,
+                outbox::appending_an_event_id_twice_has_one_effect,
+                outbox::a_second_commit_of_the_same_aggregate_sequence_is_a_conflict,
+                outbox::transient_failures_and_panics_are_retried_and_their_effects_rolled_back,
+                outbox::permanent_and_exhausted_failures_go_to_the_dead_letter_queue_untouched,
+                outbox::replay_keeps_the_event_id_resets_attempts_and_is_audited,
+                outbox::later_events_of_an_aggregate_wait_for_a_dead_lettered_earlier_one,
+                outbox::purging_a_dead_letter_lets_the_aggregate_flow_and_is_audited,
+                outbox::unknown_event_types_and_undecodable_payloads_are_dead_lettered_with_the_reason,
+                outbox::workers_deliver_in_the_background_and_shut_down_gracefully,
+                outbox::an_expired_lease_is_claimed_again_and_a_live_one_is_not,
+                outbox::an_unordered_handler_is_not_held_back_by_a_dead_letter,
+                outbox::a_process_without_a_handler_leaves_its_deliveries_to_one_that_has_it,
+                crash::crash_before_commit,
+                crash::crash_after_commit_before_delivery,
+                crash::crash_during_a_handler,
+                crash::crash_after_the_handlers_before_completion,
+                engine::a_handler_slower_than_the_lease_is_not_taken_over_by_other_workers,
+                engine::a_worker_that_lost_its_lease_records_nothing_and_undoes_only_what_was_taken_over,
+                engine::a_handler_without_a_transaction_does_not_hold_back_application_writes,
+                engine::handlers_without_a_transaction_run_concurrently_across_aggregates,
+                engine::a_claim_takes_a_whole_run_of_one_aggregate,
+                engine::a_failing_head_uses_no_attempt_of_the_run_behind_it,
+                engine::a_handler_over_its_time_limit_is_retried,
+                engine::a_statement_over_the_time_limit_is_stopped_in_the_database,
+                engine::an_error_message_with_nul_is_stored_and_the_rest_of_the_batch_completes,
+                engine::an_outcome_the_database_refuses_is_dead_lettered_alone,
+                engine::a_conflict_names_the_rejected_event,
+                engine::a_paused_destination_is_not_claimed_and_uses_no_attempts,
+                engine::an_unavailable_destination_pauses_itself_until_it_is_back,
+                engine::workers_stop_with_the_applications_cancellation_token,
+                engine::an_aborted_shutdown_gives_its_deliveries_back_at_once,
+            );
+        }
+    };
+    (@cases $open:path; $($file:ident :: $case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let Some(db) = $open(stringify!($case)).await else {
+                    return;
+                };
+                $crate::conformance::$file::$case(&db).await;
+            }
+        )*
+    };
+}

@@ -1,0 +1,122 @@
+//! Start-up and commit checks of the outbox that do not depend on the backend: configuration
+//! errors, URLs that would open a throwaway database, opening for operations, oversized
+//! envelopes.
+
+mod common;
+#[allow(dead_code)]
+mod conformance;
+
+use std::time::Duration;
+
+use conformance::outbox::*;
+use event_runtime::{Dispatcher, Outbox, OutboxConfig, OutboxError, Store, StoreError};
+
+#[tokio::test]
+async fn retention_shorter_than_the_retry_horizon_is_a_start_up_error() {
+    let (_, store) = common::sqlite("retention").await;
+    let err = Outbox::builder(store)
+        .dispatcher(Dispatcher::builder_empty().handler::<apply>())
+        .resource(Attempts::default())
+        .config(OutboxConfig {
+            retention: Duration::from_secs(10),
+            ..OutboxConfig::default()
+        })
+        .build()
+        .unwrap_err();
+    let err = event_core::ErrorChain(&err).to_string();
+    assert!(err.contains("longest retry horizon"), "{err}");
+}
+
+#[tokio::test]
+async fn an_empty_sqlite_path_is_refused_instead_of_a_throwaway_database() {
+    for url in ["sqlite://", "sqlite:", "sqlite://?mode=rwc"] {
+        match Store::connect(url).await {
+            Err(StoreError::UnsupportedUrl { url: u, .. }) => assert_eq!(u, url),
+            other => panic!("{url}: {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn opening_for_operations_creates_nothing() {
+    let path = std::env::temp_dir().join(format!("{}.db", common::unique("open_nothing")));
+    let url = format!("sqlite://{}", path.display());
+    assert!(Store::open(&url, None).await.is_err());
+    assert!(!path.exists(), "open must not create the file");
+    if let Some((pg, _, _)) = common::postgres("open_nothing").await {
+        let schema = common::unique("no_such_schema");
+        match Store::open(&pg, Some(&schema)).await {
+            Err(e @ StoreError::NotAnOutbox { .. }) => {
+                assert!(e.to_string().contains(&schema), "{e}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn zero_batch_size_lease_or_poll_interval_is_a_start_up_error() {
+    let (_, store) = common::sqlite("zero_config").await;
+    for config in [
+        OutboxConfig {
+            batch_size: 0,
+            ..OutboxConfig::default()
+        },
+        OutboxConfig {
+            lease: Duration::ZERO,
+            ..OutboxConfig::default()
+        },
+        OutboxConfig {
+            poll_interval: Duration::ZERO,
+            ..OutboxConfig::default()
+        },
+    ] {
+        let err = Outbox::builder(store.clone())
+            .dispatcher(Dispatcher::builder_empty().handler::<apply>())
+            .resource(Attempts::default())
+            .config(config)
+            .build()
+            .unwrap_err();
+        assert!(matches!(err, OutboxError::Config(_)), "{err}");
+    }
+}
+
+#[tokio::test]
+async fn an_oversized_envelope_fails_the_commit_and_writes_nothing() {
+    let (_, store) = common::sqlite("oversized").await;
+    setup(&store).await;
+    let outbox = Outbox::builder(store)
+        .dispatcher(Dispatcher::builder_empty().handler::<apply>())
+        .resource(Attempts::default())
+        .config(OutboxConfig {
+            max_envelope_bytes: 4_096,
+            ..OutboxConfig::default()
+        })
+        .build()
+        .unwrap();
+    let err = commit(
+        &outbox,
+        vec![
+            deposit("big", 1, Fail::Never),
+            deposit(&"x".repeat(5_000), 2, Fail::Never),
+        ],
+    )
+    .await
+    .unwrap_err();
+    match &err {
+        OutboxError::TooLarge { bytes, limit, .. } => assert!(*bytes > *limit && *limit == 4_096),
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        err.to_string().contains("over the limit of 4096 bytes"),
+        "{err}"
+    );
+    assert_eq!(
+        count(outbox.store(), "SELECT COUNT(*) FROM event_outbox", &[]).await,
+        0
+    );
+    assert_eq!(
+        count(outbox.store(), "SELECT COUNT(*) FROM accounts", &[]).await,
+        0
+    );
+}
