@@ -389,8 +389,7 @@ impl<D: Dialect> fmt::Debug for SqlTx<D> {
 impl<D: Dialect> SqlTx<D> {
     fn conn(&mut self) -> &mut Conn<D> {
         // A `SqlTx` is only reachable through `Tx`, which consumes it on commit or rollback.
-        &mut **self
-            .tx
+        self.tx
             .as_mut()
             .expect("transaction used after commit or rollback")
     }
@@ -501,7 +500,7 @@ impl<D: Dialect> BackendTransaction for SqlTx<D> {
     }
 
     async fn set_time_limit(&mut self, limit: Option<Duration>) -> Result<bool, StoreError> {
-        let conn: &mut Conn<D> = &mut **self.tx.as_mut().expect("open transaction");
+        let conn: &mut Conn<D> = self.tx.as_mut().expect("open transaction");
         D::set_time_limit(conn, &mut self.time_limit, limit)
             .await
             .map_err(db)
