@@ -162,8 +162,11 @@ pub(super) enum HandlerCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Pause a destination: no worker of any process claims its deliveries until it is
-    /// resumed (deliveries already claimed finish; no attempt is used). Audited
+    /// Pause a destination, audited: no worker of any process claims its deliveries
+    ///
+    /// Until `handler resume`, no worker of any process claims the destination's deliveries;
+    /// deliveries already claimed finish, and no attempt is used. The pause and the actor are
+    /// written to the audit log (`dlq audit`).
     Pause {
         /// The destination (handler) name
         name: String,
@@ -177,7 +180,10 @@ pub(super) enum HandlerCommand {
         #[arg(long)]
         force: bool,
     },
-    /// Lift the operator's pause of a destination. Audited
+    /// Lift the operator's pause of a destination, audited
+    ///
+    /// A pause the runtime set itself (a destination reported unavailable) stays until the
+    /// runtime lifts it or it lapses.
     Resume {
         /// The destination (handler) name
         name: String,

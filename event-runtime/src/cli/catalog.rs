@@ -54,7 +54,8 @@ pub(super) fn print_catalog(
         &["NAME", "VERSION", "RUST TYPE", "HANDLERS", "SCHEMA FIELDS"],
         &["VERSION", "HANDLERS"],
         io.terminal,
-    );
+    )
+    .wrap(&["RUST TYPE", "SCHEMA FIELDS"]);
     for e in &entries {
         let fields = match e.schema.get("properties").and_then(|p| p.as_object()) {
             Some(p) => p.keys().cloned().collect::<Vec<_>>().join(", "),

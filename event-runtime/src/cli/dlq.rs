@@ -62,7 +62,7 @@ pub(super) async fn list(
         "LAST ERROR",
         "DEAD AT",
     ]);
-    let mut table = Table::new(&header, &["ID", "ATTEMPTS"], io.terminal);
+    let mut table = Table::new(&header, &["ID", "ATTEMPTS"], io.terminal).wrap(&["LAST ERROR"]);
     for d in &letters {
         let mut row = vec![d.id.to_string()];
         if args.all {

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::io::{self, Write};
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use comfy_table::{presets, CellAlignment, ContentArrangement};
+use comfy_table::{presets, CellAlignment, ColumnConstraint, ContentArrangement, Width};
 
 use super::{CliError, Io};
 
@@ -19,17 +19,33 @@ use super::{CliError, Io};
 /// `grep` and `awk` see whole rows). On a terminal it has unicode borders and fits its width.
 pub(super) struct Table {
     inner: comfy_table::Table,
+    header: Vec<&'static str>,
+    /// The columns that may wrap on a terminal.
+    wrap: Vec<usize>,
     terminal: bool,
 }
 
+/// Narrower terminals than this get tables that are not fitted to their width.
+const MIN_FIT_WIDTH: u16 = 60;
+
+/// A free-text column fitted to a terminal keeps at least this width (the table runs past a
+/// terminal too narrow for that rather than show one character per line).
+const MIN_WRAPPED_WIDTH: u16 = 24;
+
 impl Table {
     /// A table with `header`; the columns named in `right_aligned` (numbers) align right.
-    pub(super) fn new(header: &[&str], right_aligned: &[&str], terminal: bool) -> Self {
+    pub(super) fn new(header: &[&'static str], right_aligned: &[&str], terminal: bool) -> Self {
         let mut inner = comfy_table::Table::new();
         if terminal {
-            inner
-                .load_preset(presets::UTF8_FULL_CONDENSED)
-                .set_content_arrangement(ContentArrangement::Dynamic);
+            inner.load_preset(presets::UTF8_FULL_CONDENSED);
+            // Wrap cells to fit the terminal, unless it reports no usable width (a pseudo
+            // terminal of size 0 would get one character per line): then rows run long and
+            // the terminal wraps them.
+            if inner.width().is_some_and(|w| w >= MIN_FIT_WIDTH) {
+                inner.set_content_arrangement(ContentArrangement::Dynamic);
+            }
+            // Ids, names, numbers and times are never broken (they are copied and pasted);
+            // `wrap` names the free-text columns that may be.
         } else {
             inner
                 .load_preset(presets::NOTHING)
@@ -37,6 +53,11 @@ impl Table {
                 .force_no_tty();
         }
         inner.set_header(header.to_vec());
+        if terminal {
+            // Ids, names, numbers and times are never broken (they are copied and pasted);
+            // `wrap` names the free-text columns that may be.
+            inner.set_constraints(vec![ColumnConstraint::ContentWidth; header.len()]);
+        }
         let last = header.len().saturating_sub(1);
         for (i, h) in header.iter().enumerate() {
             let column = inner.column_mut(i).expect("a column per header cell");
@@ -48,14 +69,40 @@ impl Table {
                 column.set_padding((0, if i == last { 0 } else { 2 }));
             }
         }
-        Table { inner, terminal }
+        Table {
+            inner,
+            header: header.to_vec(),
+            wrap: Vec::new(),
+            terminal,
+        }
+    }
+
+    /// Lets the free-text columns `names` wrap to fit a terminal, down to a readable width.
+    pub(super) fn wrap(mut self, names: &[&str]) -> Self {
+        self.wrap = self
+            .header
+            .iter()
+            .enumerate()
+            .filter(|(_, h)| names.contains(h))
+            .map(|(i, _)| i)
+            .collect();
+        self
     }
 
     pub(super) fn row(&mut self, row: Vec<String>) {
         self.inner.add_row(row);
     }
 
-    pub(super) fn write(&self, out: &mut (dyn Write + Send)) -> io::Result<()> {
+    pub(super) fn write(&mut self, out: &mut (dyn Write + Send)) -> io::Result<()> {
+        if self.terminal {
+            let widths = self.inner.column_max_content_widths();
+            for &i in &self.wrap {
+                let min = widths.get(i).copied().unwrap_or(0).min(MIN_WRAPPED_WIDTH);
+                if let Some(column) = self.inner.column_mut(i) {
+                    column.set_constraint(ColumnConstraint::LowerBoundary(Width::Fixed(min)));
+                }
+            }
+        }
         let text = if self.terminal {
             self.inner.to_string()
         } else {
@@ -179,7 +226,7 @@ pub(super) fn count(n: u64, one: &str, many: &str) -> String {
 mod tests {
     use super::*;
 
-    fn render(t: &Table) -> String {
+    fn render(t: &mut Table) -> String {
         let mut out = Vec::new();
         t.write(&mut out).unwrap();
         String::from_utf8(out).unwrap()
@@ -190,7 +237,7 @@ mod tests {
         let mut t = Table::new(&["ID", "NAME", "AT"], &["ID"], false);
         t.row(vec!["7".into(), "a".into(), "x".into()]);
         t.row(vec!["12".into(), "bbb".into(), "y".into()]);
-        assert_eq!(render(&t), "ID  NAME  AT\n 7  a     x\n12  bbb   y\n");
+        assert_eq!(render(&mut t), "ID  NAME  AT\n 7  a     x\n12  bbb   y\n");
     }
 
     #[test]
@@ -199,7 +246,7 @@ mod tests {
         t.row(vec!["東京".into(), "x".into()]); // two columns each
         t.row(vec!["e\u{301}t\u{e9}".into(), "y".into()]); // "été", one accent combining
         t.row(vec!["abcd".into(), "z".into()]);
-        let text = render(&t);
+        let text = render(&mut t);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[1], "東京  x", "{text}");
         assert_eq!(lines[2], "e\u{301}t\u{e9}   y", "{text}");

@@ -105,7 +105,8 @@ pub(super) async fn list(
         &header,
         &["PENDING", "COMPLETED", "DEAD", "UNKNOWN"],
         io.terminal,
-    );
+    )
+    .wrap(&["PAUSED"]);
     for r in &rows {
         let mut name = r.handler.clone();
         if r.registered == Some(false) {

@@ -30,7 +30,8 @@ pub(super) fn print_audit(
         ],
         &["ID", "COUNT"],
         io.terminal,
-    );
+    )
+    .wrap(&["DEAD LETTERS", "REASON"]);
     for e in entries {
         table.row(vec![
             e.id.to_string(),
