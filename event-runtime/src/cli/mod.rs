@@ -33,10 +33,12 @@
 //!   `--limit N` (1 or more) shows the first N and says "showing N of M" when there are more.
 //!   `--json` prints [`DeadLetter`]s; the `envelope` field is the original envelope text,
 //!   byte for byte (`jq '.[].envelope | fromjson'`).
-//! - A `--handler` or `--event` that matches no dead letter and that nothing knows (no
-//!   delivery, no dead letter, open or resolved, no handler or event type of the embedding
-//!   application has that name) is an error that lists the names with open dead letters, for
-//!   `dlq list`, `replay` and `purge`: a typo fails instead of reporting an empty queue.
+//! - In `dlq list`, `replay` and `purge`, a `--handler` or `--event` that matches nothing and
+//!   that nothing knows is an error that lists the names with open dead letters, so that a
+//!   typo fails instead of reporting an empty queue. A handler is known when a delivery or a
+//!   dead letter (open or resolved) names it, an event name when a dead letter does; embedded,
+//!   the application's handlers and event types are known too. A known name without dead
+//!   letters is an empty result, not an error.
 //! - `dlq replay` makes each selected delivery due again with its attempts reset and the same
 //!   event id; `dlq purge` gives up on them, so that later events of their aggregate flow.
 //!   Both need `--reason`. The actor is `--actor`, else the login name (`$USER`, `$LOGNAME`,
