@@ -85,6 +85,12 @@ impl Db {
 
     /// Sends `n` parcels (one aggregate each) and delivers until only dead letters are left.
     async fn dead_letters(&self, n: usize) -> Outbox {
+        let addresses: Vec<String> = (0..n).map(|i| format!("{i} Rue de Rivoli")).collect();
+        self.send_to(&addresses).await
+    }
+
+    /// Sends one parcel to each address and delivers until only dead letters are left.
+    async fn send_to(&self, addresses: &[String]) -> Outbox {
         let outbox = Outbox::builder(self.store.clone())
             .dispatcher(
                 Dispatcher::builder_empty()
@@ -95,16 +101,23 @@ impl Db {
             .expect("outbox");
         let mut uow = outbox.begin().await.expect("begin");
         let mut recorder = EventRecorder::new();
-        for i in 0..n {
+        for (i, address) in addresses.iter().enumerate() {
             recorder.record(ParcelSent {
                 parcel: format!("p-{i}"),
-                address: format!("{i} Rue de Rivoli"),
+                address: address.clone(),
             });
         }
         uow.extend(recorder.take());
         uow.commit().await.expect("commit");
         outbox.drain(Duration::from_secs(30)).await.expect("drain");
         outbox
+    }
+
+    async fn open_dead_letters(&self) -> Vec<event_runtime::DeadLetter> {
+        self.store
+            .dead_letters(&DeadLetterFilter::default())
+            .await
+            .unwrap()
     }
 
     async fn attempts(&self, handler: &str, event_id: Uuid) -> Option<i64> {
@@ -249,9 +262,18 @@ async fn dead_letter_workflow(db: &Db) {
         ])
         .await;
     assert_eq!(json(&r.1).as_array().unwrap().len(), 3);
-    let r = db.cli(&["dlq", "list", "--handler", "nobody"]).await;
+    // A handler that exists but has no dead letters: an empty list. One that nothing knows:
+    // an error naming the handlers that have some.
+    let r = db
+        .cli(&["dlq", "list", "--handler", "cli_test.count"])
+        .await;
     ok(&r);
-    assert_eq!(r.1, "no open dead letters\n");
+    assert_eq!(r.1, "no open dead letters of handler `cli_test.count`\n");
+    let r = db.cli(&["dlq", "list", "--handler", "nobody"]).await;
+    failed(
+        &r,
+        "no dead letters of handler `nobody`: nothing in this outbox has that name; handlers with open dead letters: cli_test.ship",
+    );
 
     // show: every field, the error chain, the envelope pretty-printed.
     let r = db.cli(&["dlq", "show", &second.id.to_string()]).await;
@@ -578,6 +600,8 @@ async fn long_replay_is_one_audited_operation() {
             "parcel.sent",
             "--reason",
             "carrier back",
+            "--actor",
+            "ops-bot",
             "--yes",
         ])
         .await;
@@ -592,14 +616,7 @@ async fn long_replay_is_one_audited_operation() {
     assert_eq!(audit.len(), 1);
     assert_eq!(audit[0].count, 120);
     assert_eq!(audit[0].dead_letter_ids.len(), 120);
-    let expected_actor = ["USER", "USERNAME"]
-        .iter()
-        .find_map(|k| std::env::var(k).ok().filter(|v| !v.is_empty()))
-        .unwrap_or_else(|| "unknown".into());
-    assert_eq!(
-        audit[0].actor, expected_actor,
-        "the actor defaults to $USER"
-    );
+    assert_eq!(audit[0].actor, "ops-bot");
     assert_eq!(db.store.stats().await.unwrap().pending, 120);
 }
 
@@ -627,6 +644,7 @@ async fn bad_input_is_one_line_error() {
     );
     assert!(!missing.exists(), "the tool does not create databases");
 
+    let started = std::time::Instant::now();
     let r = events(&[
         "--database",
         "postgres://postgres@127.0.0.1:1/none",
@@ -634,14 +652,26 @@ async fn bad_input_is_one_line_error() {
         "stats",
     ])
     .await;
-    // Nothing listens on port 1: the cause, at once, not after the pool's acquire timeout.
+    // Nothing listens on port 1: the address and the cause, at once, not after the connect
+    // timeout; the address once.
     #[cfg(feature = "postgres")]
-    failed(
-        &r,
-        "cannot open database postgres://postgres@127.0.0.1:1/none: cannot reach the database at postgres://postgres@127.0.0.1:1/none: Connection refused",
-    );
+    {
+        failed(
+            &r,
+            "error: cannot reach the database at postgres://postgres@127.0.0.1:1/none: Connection refused",
+        );
+        assert_eq!(r.2.matches("127.0.0.1:1").count(), 1, "{}", r.2);
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "a refused connection fails at once, took {:?}",
+            started.elapsed()
+        );
+    }
     #[cfg(not(feature = "postgres"))]
-    failed(&r, "this build has no PostgreSQL support");
+    {
+        failed(&r, "this build has no PostgreSQL support");
+        let _ = started;
+    }
 
     let r = db.cli(&["dlq", "show", "abc"]).await;
     assert_eq!(r.0, ExitCode::from(2));
@@ -760,4 +790,688 @@ fn run_with_output_is_send() {
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let future = run_with_output(["events"], App::standalone(), &mut out, &mut err);
     assert_send(&future);
+}
+
+// ---- rough edges a new user found ------------------------------------------------------------
+
+/// `--limit 0` is refused, and a page that is not the whole queue says how much there is.
+#[tokio::test]
+async fn a_limited_list_says_how_many_there_are() {
+    let db = Db::sqlite("limit").await;
+    db.dead_letters(3).await;
+
+    let r = db.cli(&["dlq", "list", "--limit", "0"]).await;
+    assert_eq!(r.0, ExitCode::from(2), "{}", r.2);
+    assert!(
+        r.2.contains("invalid value '0' for '--limit <N>'"),
+        "{}",
+        r.2
+    );
+
+    let r = db.cli(&["dlq", "list", "--limit", "2"]).await;
+    ok(&r);
+    let lines: Vec<&str> = r.1.lines().collect();
+    assert_eq!(lines.len(), 4, "header, two rows, the count:\n{}", r.1);
+    assert_eq!(lines[3], "showing 2 of 3 open dead letters (--limit 2)");
+
+    let r = db
+        .cli(&["dlq", "list", "--limit", "1", "--handler", "cli_test.ship"])
+        .await;
+    ok(&r);
+    assert!(
+        r.1.ends_with("showing 1 of 3 open dead letters of handler `cli_test.ship` (--limit 1)\n"),
+        "{}",
+        r.1
+    );
+
+    // A limit that shows everything says nothing more; --json stays a bare array.
+    let r = db.cli(&["dlq", "list", "--limit", "3"]).await;
+    ok(&r);
+    assert!(!r.1.contains("showing"), "{}", r.1);
+    let r = db.cli(&["dlq", "list", "--json", "--limit", "2"]).await;
+    ok(&r);
+    assert_eq!(json(&r.1).as_array().unwrap().len(), 2);
+
+    let r = db.cli(&["dlq", "audit", "--limit", "0"]).await;
+    assert_eq!(r.0, ExitCode::from(2), "{}", r.2);
+}
+
+/// A `--handler` or `--event` that nothing has is a typo: list, replay and purge fail and name
+/// what exists, instead of reporting an empty queue.
+#[tokio::test]
+async fn names_that_nothing_has_fail() {
+    let db = Db::sqlite("names").await;
+    db.dead_letters(2).await;
+
+    failed(
+        &db.cli(&["dlq", "list", "--event", "parcel.snet"]).await,
+        "no dead letters of event `parcel.snet`: nothing in this outbox has that name; events with open dead letters: parcel.sent",
+    );
+    let r = db
+        .cli(&["dlq", "list", "--json", "--handler", "cli_test.shipp"])
+        .await;
+    failed(&r, "handlers with open dead letters: cli_test.ship");
+    assert_eq!(r.1, "", "no JSON on a failure");
+    failed(
+        &db.cli(&[
+            "dlq",
+            "replay",
+            "--handler",
+            "cli_test.shipp",
+            "--reason",
+            "x",
+            "--actor",
+            "a",
+            "--yes",
+        ])
+        .await,
+        "no dead letters of handler `cli_test.shipp`",
+    );
+    failed(
+        &db.cli(&[
+            "dlq",
+            "purge",
+            "--handler",
+            "cli_test.ship",
+            "--event",
+            "parcel.snet",
+            "--reason",
+            "x",
+            "--actor",
+            "a",
+            "--yes",
+        ])
+        .await,
+        "no dead letters of event `parcel.snet`",
+    );
+    assert_eq!(db.open_dead_letters().await.len(), 2, "nothing changed");
+    assert!(db.store.audit_log(10).await.unwrap().is_empty());
+
+    // A handler that exists (it has deliveries) and has no dead letters: nothing to do, no error.
+    let r = db
+        .cli(&[
+            "dlq",
+            "replay",
+            "--handler",
+            "cli_test.count",
+            "--reason",
+            "x",
+            "--actor",
+            "a",
+            "--yes",
+        ])
+        .await;
+    ok(&r);
+    assert_eq!(r.1, "no open dead letters match; nothing replayed\n");
+
+    // Embedded, the application's event types are known names too.
+    let registry = Registry::builder().handler::<count>().build().unwrap();
+    let args: Vec<String> = [
+        "events",
+        "--database",
+        db.url.as_str(),
+        "dlq",
+        "list",
+        "--event",
+        "parcel.sent",
+        "--handler",
+        "cli_test.count",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    let r = run(args, App::embedded("orders events", &registry)).await;
+    ok(&r);
+    assert_eq!(
+        r.1,
+        "no open dead letters of handler `cli_test.count`, event `parcel.sent`\n"
+    );
+}
+
+/// The actor is `--actor`, else the login name; an empty one is refused, never "unknown".
+#[tokio::test]
+async fn the_actor_is_given_or_the_login_name() {
+    let db = Db::sqlite("actor").await;
+    db.dead_letters(3).await;
+    let open = db.open_dead_letters().await;
+    let id = |i: usize| open[i].id.to_string();
+
+    failed(
+        &db.cli(&["dlq", "replay", &id(0), "--reason", "x", "--actor", "  "])
+            .await,
+        "--actor must name who does this: it is written to the audit log; nothing was replayed",
+    );
+    failed(
+        &db.cli(&[
+            "dlq", "purge", "--all", "--reason", "x", "--actor", "", "--yes",
+        ])
+        .await,
+        "nothing was purged",
+    );
+    assert_eq!(db.open_dead_letters().await.len(), 3);
+
+    // The real binary, with a controlled environment.
+    let events = |env: &[(&str, &str)], id: String| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_events"));
+        cmd.env_clear().envs(env.iter().copied()).args([
+            "--database",
+            &db.url,
+            "dlq",
+            "replay",
+            &id,
+            "--reason",
+            "r",
+        ]);
+        cmd.output().expect("run the events binary")
+    };
+    let out = events(&[("LOGNAME", "carol")], id(1));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(db.store.audit_log(1).await.unwrap()[0].actor, "carol");
+
+    // No variable at all: the user the process runs as, as `whoami` says.
+    let out = events(&[], id(2));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let actor = db.store.audit_log(1).await.unwrap()[0].actor.clone();
+    assert!(!actor.is_empty() && actor != "unknown", "{actor:?}");
+    #[cfg(unix)]
+    if let Ok(whoami) = std::process::Command::new("whoami").output() {
+        if whoami.status.success() {
+            assert_eq!(actor, String::from_utf8_lossy(&whoami.stdout).trim());
+        }
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize, DomainEvent)]
+#[event(name = "parcel.weighed", version = 1)]
+struct ParcelWeighedByOldRelease {
+    #[event(aggregate_id)]
+    parcel: String,
+}
+
+/// What this release reads: `grams` is required, and the old release did not send it.
+#[derive(Debug, Serialize, Deserialize, DomainEvent)]
+#[event(name = "parcel.weighed", version = 1)]
+struct ParcelWeighed {
+    #[event(aggregate_id)]
+    parcel: String,
+    grams: u32,
+}
+
+#[event_handler(name = "cli_test.weigh")]
+fn weigh_old(_: &ParcelWeighedByOldRelease) {}
+
+#[event_handler(name = "cli_test.weigh")]
+fn weigh(_: &ParcelWeighed) {}
+
+/// serde's message is wrapped by the decode error that also returns it as its source: the
+/// tool prints it once, in `dlq show` and `dlq list`, and keeps the stored chain in `--json`.
+#[tokio::test]
+async fn an_error_chain_shows_each_cause_once() {
+    let db = Db::sqlite("chain").await;
+    let old = Outbox::builder(db.store.clone())
+        .dispatcher(Dispatcher::builder_empty().handler::<weigh_old>())
+        .build()
+        .unwrap();
+    let mut uow = old.begin().await.unwrap();
+    let mut recorder = EventRecorder::new();
+    recorder.record(ParcelWeighedByOldRelease {
+        parcel: "p-1".into(),
+    });
+    uow.extend(recorder.take());
+    uow.commit().await.unwrap();
+    let new = Outbox::builder(db.store.clone())
+        .dispatcher(Dispatcher::builder_empty().handler::<weigh>())
+        .build()
+        .unwrap();
+    new.drain(Duration::from_secs(30)).await.unwrap();
+    let dead = db.open_dead_letters().await;
+    assert_eq!(dead.len(), 1, "the payload does not decode");
+    let serde_message = "missing field `grams`";
+
+    let r = db.cli(&["dlq", "show", &dead[0].id.to_string()]).await;
+    ok(&r);
+    assert_eq!(r.1.matches(serde_message).count(), 1, "{}", r.1);
+    let r = db.cli(&["dlq", "list"]).await;
+    ok(&r);
+    assert!(r.1.matches(serde_message).count() <= 1, "{}", r.1);
+    let r = db
+        .cli(&["dlq", "show", &dead[0].id.to_string(), "--json"])
+        .await;
+    ok(&r);
+    assert_eq!(
+        json(&r.1)["error_chain"],
+        serde_json::json!(dead[0].error_chain),
+        "--json is the stored chain, unchanged"
+    );
+}
+
+/// `check` counts pending deliveries and dead letters apart.
+#[tokio::test]
+async fn check_counts_each_kind() {
+    let db = Db::sqlite("check_kinds").await;
+    db.dead_letters(2).await;
+    let first = db.open_dead_letters().await[0].id.to_string();
+    ok(&db
+        .cli(&["dlq", "replay", &first, "--reason", "x", "--actor", "a"])
+        .await);
+    // An application that has neither the handler nor the event type.
+    let registry = Registry::builder().build().unwrap();
+    let args: Vec<String> = ["events", "--database", db.url.as_str(), "check"]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+    let r = run(args, App::embedded("orders events", &registry)).await;
+    failed(
+        &r,
+        "1 pending delivery and 1 dead letter cannot be handled by this application",
+    );
+    assert!(
+        r.1.contains("pending cli_test.ship / ") && r.1.contains("is not registered"),
+        "{}",
+        r.1
+    );
+    assert!(r.1.contains("dead letter "), "{}", r.1);
+}
+
+/// `outbox stats`: a delivery in a status this version does not know is counted as unknown
+/// and said to be; paused destinations are shown.
+#[tokio::test]
+async fn stats_show_unknown_statuses_and_pauses() {
+    let db = Db::sqlite("stats_unknown").await;
+    db.dead_letters(2).await;
+    let mut tx = db.store.begin().await.unwrap();
+    let n = tx
+        .execute(
+            "UPDATE event_deliveries SET status = 'archived' WHERE handler = $1 AND event_id = $2",
+            &[
+                SqlValue::Text("cli_test.count"),
+                SqlValue::Text(&db.open_dead_letters().await[0].event_id.to_string()),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+    tx.commit().await.unwrap();
+    ok(&db
+        .cli(&[
+            "handler",
+            "pause",
+            "cli_test.ship",
+            "--reason",
+            "carrier down",
+            "--actor",
+            "alice",
+        ])
+        .await);
+
+    let r = db.cli(&["outbox", "stats", "--json"]).await;
+    ok(&r);
+    let stats = json(&r.1);
+    assert_eq!(stats["unknown_status"], 1);
+    let handler = |name: &str| {
+        stats["handlers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|h| h["handler"] == name)
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(handler("cli_test.count")["unknown"], 1);
+    assert_eq!(handler("cli_test.count")["completed"], 1);
+    assert_eq!(handler("cli_test.ship")["paused"], true);
+
+    let r = db.cli(&["outbox", "stats"]).await;
+    ok(&r);
+    let line = |label: &str| {
+        r.1.lines()
+            .find(|l| l.starts_with(label))
+            .unwrap_or_else(|| panic!("no {label:?} line:\n{}", r.1))
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    assert_eq!(
+        line("deliveries in an unknown status"),
+        "deliveries in an unknown status 1"
+    );
+    assert_eq!(
+        line("paused destinations"),
+        "paused destinations 1: cli_test.ship"
+    );
+    assert!(
+        r.1.contains("note: 1 delivery is in a status this version does not know"),
+        "{}",
+        r.1
+    );
+    let header = r.1.lines().find(|l| l.starts_with("HANDLER")).unwrap();
+    assert!(
+        header.contains("UNKNOWN") && header.contains("PAUSED"),
+        "{header}"
+    );
+    let count_row =
+        r.1.lines()
+            .find(|l| l.starts_with("cli_test.count"))
+            .unwrap();
+    assert_eq!(
+        count_row.split_whitespace().collect::<Vec<_>>(),
+        ["cli_test.count", "0", "1", "0", "0", "1", "-"],
+        "pending, completed, dead, purged, unknown, paused"
+    );
+    let ship_row =
+        r.1.lines()
+            .find(|l| l.starts_with("cli_test.ship"))
+            .unwrap();
+    assert!(ship_row.ends_with("paused"), "{ship_row}");
+}
+
+/// `handler pause` stops every worker from claiming the destination's deliveries, `handler
+/// list` shows who paused it, why and since when, `handler resume` lifts it; both are audited.
+#[tokio::test]
+async fn handlers_pause_and_resume() {
+    let db = Db::sqlite("pause").await;
+    let outbox = db.dead_letters(1).await;
+    let dead = db.open_dead_letters().await[0].clone();
+
+    let r = db
+        .cli(&[
+            "handler",
+            "pause",
+            "cli_test.ship",
+            "--reason",
+            "carrier down",
+            "--actor",
+            "alice",
+        ])
+        .await;
+    ok(&r);
+    assert!(
+        r.1.starts_with("paused `cli_test.ship`: no worker of any process claims its deliveries"),
+        "{}",
+        r.1
+    );
+    let audit = db.store.audit_log(10).await.unwrap();
+    assert_eq!(audit.len(), 1);
+    assert_eq!(
+        (
+            audit[0].action.as_str(),
+            audit[0].actor.as_str(),
+            audit[0].reason.as_str()
+        ),
+        ("pause", "alice", "cli_test.ship: carrier down")
+    );
+    assert!(
+        r.1.contains(&format!("audit #{}: pause by alice", audit[0].id)),
+        "{}",
+        r.1
+    );
+    let pauses = db.store.paused_destinations().await.unwrap();
+    assert_eq!(pauses.len(), 1);
+    assert_eq!(pauses[0].paused_by, "operator");
+    assert_eq!(pauses[0].reason, "carrier down");
+
+    // Paused: a replayed delivery is due, and no worker claims it.
+    ok(&db
+        .cli(&[
+            "dlq",
+            "replay",
+            &dead.id.to_string(),
+            "--reason",
+            "r",
+            "--actor",
+            "bob",
+        ])
+        .await);
+    assert_eq!(outbox.deliver_batch().await.unwrap().claimed, 0);
+    assert_eq!(db.store.stats().await.unwrap().pending, 1);
+
+    let r = db.cli(&["handler", "list"]).await;
+    ok(&r);
+    let lines: Vec<&str> = r.1.lines().collect();
+    assert_eq!(lines.len(), 3, "{}", r.1);
+    for column in ["HANDLER", "PENDING", "COMPLETED", "DEAD", "PAUSED"] {
+        assert!(lines[0].contains(column), "{}", lines[0]);
+    }
+    assert!(
+        lines[1].starts_with("cli_test.count") && lines[1].ends_with(" -"),
+        "{}",
+        r.1
+    );
+    let ship = lines[2];
+    assert!(ship.starts_with("cli_test.ship"), "{}", r.1);
+    assert!(
+        ship.contains(&format!(
+            "by operator (alice, audit #{}) since ",
+            audit[0].id
+        )) && ship.ends_with(": carrier down"),
+        "{ship}"
+    );
+    let r = db.cli(&["handler", "list", "--json"]).await;
+    ok(&r);
+    let list = json(&r.1);
+    assert_eq!(list[0]["handler"], "cli_test.count");
+    assert_eq!(list[0]["paused"], false);
+    assert_eq!(list[0]["completed"], 1);
+    assert_eq!(list[1]["handler"], "cli_test.ship");
+    assert_eq!(list[1]["pending"], 1);
+    assert_eq!(list[1]["paused"], true);
+    assert_eq!(list[1]["registered"], Value::Null, "standalone: unknown");
+    let pause = &list[1]["pauses"][0];
+    assert_eq!(pause["paused_by"], "operator");
+    assert_eq!(pause["reason"], "carrier down");
+    assert_eq!(pause["actor"], "alice");
+    assert_eq!(pause["expires_at"], Value::Null);
+    assert!(pause["paused_at"].is_string());
+
+    // Pausing again records the new reason and keeps the start.
+    let r = db
+        .cli(&[
+            "handler",
+            "pause",
+            "cli_test.ship",
+            "--reason",
+            "still down",
+            "--actor",
+            "carol",
+        ])
+        .await;
+    ok(&r);
+    assert!(
+        r.1.contains("was already paused by the operator since"),
+        "{}",
+        r.1
+    );
+    let again = db.store.paused_destinations().await.unwrap();
+    assert_eq!(again[0].reason, "still down");
+    assert_eq!(again[0].paused_at, pauses[0].paused_at);
+    let r = db.cli(&["handler", "list", "--json"]).await;
+    assert_eq!(json(&r.1)[1]["pauses"][0]["actor"], "carol");
+
+    // Resume: delivered again (and dead-lettered again: the carrier still refuses).
+    let r = db
+        .cli(&["handler", "resume", "cli_test.ship", "--actor", "alice"])
+        .await;
+    ok(&r);
+    assert!(r.1.starts_with("resumed `cli_test.ship`"), "{}", r.1);
+    assert!(db.store.paused_destinations().await.unwrap().is_empty());
+    outbox.drain(Duration::from_secs(30)).await.unwrap();
+    assert_eq!(db.store.stats().await.unwrap().pending, 0);
+    assert_eq!(db.open_dead_letters().await.len(), 1);
+    let audit = db.store.audit_log(10).await.unwrap();
+    assert_eq!(audit[0].action, "resume");
+    assert_eq!(audit[0].reason, "cli_test.ship: resumed");
+    let r = db.cli(&["dlq", "audit"]).await;
+    ok(&r);
+    assert!(
+        r.1.contains("resume") && r.1.contains("cli_test.ship: carrier down"),
+        "{}",
+        r.1
+    );
+
+    let r = db
+        .cli(&["handler", "resume", "cli_test.ship", "--actor", "alice"])
+        .await;
+    ok(&r);
+    assert_eq!(
+        r.1,
+        "`cli_test.ship` was not paused by an operator; nothing was changed\n"
+    );
+
+    // Names nothing has are refused, unless forced.
+    failed(
+        &db.cli(&["handler", "pause", "cli_test.shipp", "--reason", "x", "--actor", "a"])
+            .await,
+        "no destination `cli_test.shipp`: nothing in this outbox has that name; known destinations (pause a new one with --force): cli_test.count, cli_test.ship",
+    );
+    failed(
+        &db.cli(&["handler", "resume", "cli_test.shipp", "--actor", "a"])
+            .await,
+        "no destination `cli_test.shipp`",
+    );
+    failed(
+        &db.cli(&[
+            "handler",
+            "pause",
+            "cli_test.ship",
+            "--reason",
+            " ",
+            "--actor",
+            "a",
+        ])
+        .await,
+        "--reason must say why",
+    );
+    ok(&db
+        .cli(&[
+            "handler",
+            "pause",
+            "billing.v2",
+            "--reason",
+            "not live yet",
+            "--actor",
+            "a",
+            "--force",
+        ])
+        .await);
+    let r = db.cli(&["handler", "list"]).await;
+    assert!(
+        r.1.lines()
+            .any(|l| l.starts_with("billing.v2") && l.contains("not live yet")),
+        "{}",
+        r.1
+    );
+}
+
+/// Display columns of `s` for the characters these tests use: CJK ideographs take two.
+fn display_width(s: &str) -> usize {
+    s.chars()
+        .map(|c| {
+            if ('\u{4e00}'..='\u{9fff}').contains(&c) {
+                2
+            } else {
+                1
+            }
+        })
+        .sum()
+}
+
+/// Columns after a wide value start where they start on every other row.
+#[tokio::test]
+async fn tables_align_wide_values() {
+    let db = Db::sqlite("wide").await;
+    db.send_to(&[
+        "東京都千代田区1-1".to_owned(),
+        "1 Rue de Rivoli".to_owned(),
+        "Åre 5".to_owned(),
+    ])
+    .await;
+    let r = db.cli(&["dlq", "list"]).await;
+    ok(&r);
+    let lines: Vec<&str> = r.1.lines().collect();
+    assert_eq!(lines.len(), 4, "{}", r.1);
+    let column = display_width(&lines[0][..lines[0].find("DEAD AT").unwrap()]);
+    for row in &lines[1..] {
+        let last = row.rfind(' ').unwrap() + 1;
+        assert_eq!(
+            display_width(&row[..last]),
+            column,
+            "DEAD AT misaligned:\n{}",
+            r.1
+        );
+        assert!(!row.ends_with(' '));
+    }
+    assert!(
+        r.1.contains("no carrier serves 東京都千代田区1-1"),
+        "{}",
+        r.1
+    );
+}
+
+/// `--connect-timeout`: a server that accepts and never answers fails after it, naming the
+/// address; 0 is refused.
+#[cfg(feature = "postgres")]
+#[tokio::test]
+async fn connecting_gives_up_after_the_timeout() {
+    // The kernel completes the handshake for the backlog; nothing ever answers.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{}/silent",
+        silent.local_addr().unwrap().port()
+    );
+    let args = |timeout: &str| -> Vec<String> {
+        [
+            "events",
+            "--connect-timeout",
+            timeout,
+            "--database",
+            &url,
+            "outbox",
+            "stats",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect()
+    };
+    let started = std::time::Instant::now();
+    let r = run(args("1"), App::standalone()).await;
+    failed(
+        &r,
+        &format!("no answer from the database at {url} within 1"),
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        started.elapsed()
+    );
+    let r = run(args("0"), App::standalone()).await;
+    assert_eq!(r.0, ExitCode::from(2), "{}", r.2);
+}
+
+/// The database's own message, once, without sqlx's `error returned from database: `.
+#[cfg(feature = "postgres")]
+#[tokio::test]
+async fn database_errors_read_once() {
+    let Some(url) = postgres_url("database_errors_read_once") else {
+        return;
+    };
+    let base = &url[..url.rfind('/').expect("a database in the URL")];
+    let missing = format!("{base}/events_cli_no_such_database");
+    let args: Vec<String> = ["events", "--database", &missing, "outbox", "stats"]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+    let r = run(args, App::standalone()).await;
+    let message = "database \"events_cli_no_such_database\" does not exist";
+    failed(&r, message);
+    assert_eq!(r.2.matches(message).count(), 1, "{}", r.2);
+    assert!(!r.2.contains("error returned from database"), "{}", r.2);
+    assert_eq!(r.2.lines().count(), 1, "{}", r.2);
 }

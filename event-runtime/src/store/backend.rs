@@ -33,7 +33,8 @@ use uuid::Uuid;
 
 use super::tx::SqlValue;
 use super::types::{
-    AuditEntry, DeadLetter, DeadLetterFilter, OutboxStats, PausedDestination, Resolution,
+    AuditEntry, DeadLetter, DeadLetterCount, DeadLetterFilter, OutboxStats, PausedDestination,
+    Resolution,
 };
 use super::{StoreError, Tx};
 
@@ -292,6 +293,49 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
 
     /// The audit log, newest first.
     async fn audit_log(&self, limit: u32) -> Result<Vec<AuditEntry>, StoreError>;
+
+    /// How many dead letters match `filter`, ignoring its `limit`. The default lists them and
+    /// counts; a backend with a query language overrides it with a count.
+    async fn count_dead_letters(&self, filter: &DeadLetterFilter) -> Result<u64, StoreError> {
+        let mut filter = filter.clone();
+        filter.limit = None;
+        Ok(self.dead_letters(&filter).await?.len() as u64)
+    }
+
+    /// Open and resolved dead letters per (handler, event name), ordered by both. The default
+    /// lists every dead letter and counts; a backend with a query language overrides it.
+    async fn dead_letter_counts(&self) -> Result<Vec<DeadLetterCount>, StoreError> {
+        let filter = DeadLetterFilter {
+            include_resolved: true,
+            ..DeadLetterFilter::default()
+        };
+        let mut counts: Vec<DeadLetterCount> = Vec::new();
+        for d in self.dead_letters(&filter).await? {
+            let i = match counts.binary_search_by(|c| {
+                (&*c.handler, &*c.event_name).cmp(&(&*d.handler, &*d.event_name))
+            }) {
+                Ok(i) => i,
+                Err(i) => {
+                    counts.insert(
+                        i,
+                        DeadLetterCount {
+                            handler: d.handler.clone(),
+                            event_name: d.event_name.clone(),
+                            open: 0,
+                            resolved: 0,
+                        },
+                    );
+                    i
+                }
+            };
+            if d.resolved_at.is_none() {
+                counts[i].open += 1;
+            } else {
+                counts[i].resolved += 1;
+            }
+        }
+        Ok(counts)
+    }
 
     /// Every pending delivery as (destination, event id, envelope).
     async fn pending_envelopes(&self) -> Result<Vec<(String, String, String)>, StoreError>;

@@ -14,6 +14,7 @@
 //! the caller: the outbox's clock (the process's, or an injected one in tests).
 
 pub mod backend;
+mod operator;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres;
@@ -33,8 +34,8 @@ use futures_util::future::BoxFuture;
 pub use backend::{Backend, BackendTransaction};
 pub use tx::{SqlValue, Tx};
 pub use types::{
-    AuditEntry, DeadLetter, DeadLetterFilter, DeadLetterReason, HandlerStats, OutboxStats,
-    PausedDestination, Resolution,
+    AuditEntry, DeadLetter, DeadLetterCount, DeadLetterFilter, DeadLetterReason, HandlerStats,
+    OutboxStats, PausedDestination, Resolution,
 };
 
 #[cfg(not(any(feature = "sqlite", feature = "postgres")))]

@@ -209,7 +209,9 @@ pub enum Resolution {
 pub struct AuditEntry {
     /// Row id.
     pub id: i64,
-    /// `replay` or `purge`.
+    /// `replay` or `purge`; `pause` or `resume` for an operator's pause of a destination
+    /// ([`Store::pause_destination_audited`](crate::Store::pause_destination_audited)), whose
+    /// `reason` reads `DESTINATION: TEXT` and which names no dead letters.
     pub action: String,
     /// Who.
     pub actor: String,
@@ -221,4 +223,18 @@ pub struct AuditEntry {
     pub dead_letter_ids: Vec<i64>,
     /// How many.
     pub count: u64,
+}
+
+/// Dead letters of one (handler, event name): how many are open and how many were replayed or
+/// purged ([`Store::dead_letter_counts`](crate::Store::dead_letter_counts)).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct DeadLetterCount {
+    /// The handler.
+    pub handler: String,
+    /// The event name.
+    pub event_name: String,
+    /// Not replayed or purged.
+    pub open: u64,
+    /// Replayed or purged.
+    pub resolved: u64,
 }

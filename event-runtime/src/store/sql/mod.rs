@@ -9,6 +9,7 @@ pub(crate) mod dead_letters;
 pub(crate) mod delivery;
 pub(crate) mod exec;
 pub(crate) mod maintenance;
+pub(crate) mod operator;
 
 use std::any::{Any, TypeId};
 use std::collections::HashSet;
@@ -28,7 +29,8 @@ use super::backend::{
 };
 use super::tx::SqlValue;
 use super::types::{
-    AuditEntry, DeadLetter, DeadLetterFilter, OutboxStats, PausedDestination, Resolution,
+    AuditEntry, DeadLetter, DeadLetterCount, DeadLetterFilter, OutboxStats, PausedDestination,
+    Resolution,
 };
 use super::{StoreError, Tx};
 
@@ -331,6 +333,14 @@ impl<D: Dialect> Backend for SqlStore<D> {
 
     async fn audit_log(&self, limit: u32) -> Result<Vec<AuditEntry>, StoreError> {
         dead_letters::audit_log::<D>(&self.pool, limit).await
+    }
+
+    async fn count_dead_letters(&self, filter: &DeadLetterFilter) -> Result<u64, StoreError> {
+        operator::count_dead_letters::<D>(&self.pool, filter).await
+    }
+
+    async fn dead_letter_counts(&self) -> Result<Vec<DeadLetterCount>, StoreError> {
+        operator::dead_letter_counts::<D>(&self.pool).await
     }
 
     async fn pending_envelopes(&self) -> Result<Vec<(String, String, String)>, StoreError> {

@@ -1,0 +1,239 @@
+//! `dlq list` and `dlq show`, and the check that a `--handler` / `--event` names something the
+//! outbox knows. Reads only: must not replay, purge or change anything.
+
+use std::fmt::Write as _;
+
+use crate::store::{DeadLetter, DeadLetterFilter, Store};
+
+use super::args::ListArgs;
+use super::format::{count, each_once, one_line, print_json, time, time_ms, truncate, Table};
+use super::{App, CliError, Io};
+
+pub(super) async fn list(
+    store: &Store,
+    app: &App<'_>,
+    args: ListArgs,
+    io: &mut Io<'_>,
+) -> Result<(), CliError> {
+    if let (Some(since), Some(until)) = (args.since, args.until) {
+        if since >= until {
+            return Err(CliError::Refused(format!(
+                "--since ({}) is not before --until ({})",
+                time(since),
+                time(until)
+            )));
+        }
+    }
+    let filter = DeadLetterFilter {
+        handler: args.handler.clone(),
+        event_name: args.event.clone(),
+        since: args.since,
+        until: args.until,
+        include_resolved: args.all,
+        limit: args.limit,
+        ..DeadLetterFilter::default()
+    };
+    let letters = store.dead_letters(&filter).await?;
+    if letters.is_empty() {
+        check_names(store, app, args.handler.as_deref(), args.event.as_deref()).await?;
+    }
+    if args.json {
+        return print_json(&letters, io);
+    }
+    let what = if args.all {
+        "dead letters"
+    } else {
+        "open dead letters"
+    };
+    if letters.is_empty() {
+        writeln!(io.out, "no {what}{}", selection(&args))?;
+        return Ok(());
+    }
+    let mut header = vec!["ID"];
+    if args.all {
+        header.push("STATUS");
+    }
+    header.extend([
+        "EVENT",
+        "EVENT ID",
+        "HANDLER",
+        "ATTEMPTS",
+        "REASON",
+        "LAST ERROR",
+        "DEAD AT",
+    ]);
+    let mut table = Table::new(&header, &["ID", "ATTEMPTS"], io.terminal).wrap(&["LAST ERROR"]);
+    for d in &letters {
+        let mut row = vec![d.id.to_string()];
+        if args.all {
+            row.push(status(d).to_owned());
+        }
+        row.extend([
+            format!("{} v{}", d.event_name, d.event_version),
+            d.event_id.to_string(),
+            d.handler.clone(),
+            d.attempts.to_string(),
+            d.reason.to_string(),
+            truncate(&one_line(&each_once(&d.error_chain).join(": ")), 60),
+            time(d.dead_at),
+        ]);
+        table.row(row);
+    }
+    table.write(io.out)?;
+    // A full page may not be all of them: say how many there are rather than let the page
+    // pass for the whole queue.
+    if let Some(limit) = args.limit {
+        if letters.len() as u64 == u64::from(limit) {
+            let total = store.count_dead_letters(&filter).await?;
+            if total > letters.len() as u64 {
+                writeln!(
+                    io.out,
+                    "showing {} of {}{} (--limit {limit})",
+                    letters.len(),
+                    count(total, what.trim_end_matches('s'), what),
+                    selection(&args)
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// ` of handler `h`, event `e`, in that time range`, or nothing.
+fn selection(args: &ListArgs) -> String {
+    let mut parts = Vec::new();
+    if let Some(h) = &args.handler {
+        parts.push(format!("handler `{h}`"));
+    }
+    if let Some(e) = &args.event {
+        parts.push(format!("event `{e}`"));
+    }
+    let mut s = String::new();
+    if !parts.is_empty() {
+        let _ = write!(s, " of {}", parts.join(", "));
+    }
+    if args.since.is_some() || args.until.is_some() {
+        s.push_str(" in that time range");
+    }
+    s
+}
+
+/// Fails when a selection that matched nothing names a handler or event that nothing knows:
+/// no delivery (handlers), no dead letter open or resolved, no handler or event type of the
+/// embedding application. A name that is known but has no dead letters passes.
+pub(super) async fn check_names(
+    store: &Store,
+    app: &App<'_>,
+    handler: Option<&str>,
+    event: Option<&str>,
+) -> Result<(), CliError> {
+    if handler.is_none() && event.is_none() {
+        return Ok(());
+    }
+    let counts = store.dead_letter_counts().await?;
+    let registry = app.registry();
+    let open_names = |name: fn(&crate::store::DeadLetterCount) -> &str| {
+        let mut names: Vec<String> = counts
+            .iter()
+            .filter(|c| c.open > 0)
+            .map(|c| name(c).to_owned())
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    };
+    if let Some(h) = handler {
+        let known = counts.iter().any(|c| c.handler == h)
+            || registry.is_some_and(|r| r.handlers().iter().any(|d| d.name == h))
+            || store.stats().await?.handlers.iter().any(|s| s.handler == h);
+        if !known {
+            return Err(CliError::UnknownName {
+                what: "no dead letters of handler",
+                name: h.to_owned(),
+                embedded: registry.is_some(),
+                known_what: "handlers with open dead letters",
+                known: open_names(|c| &c.handler),
+            });
+        }
+    }
+    if let Some(e) = event {
+        let known = counts.iter().any(|c| c.event_name == e)
+            || registry.is_some_and(|r| r.events().iter().any(|d| d.name == e));
+        if !known {
+            return Err(CliError::UnknownName {
+                what: "no dead letters of event",
+                name: e.to_owned(),
+                embedded: registry.is_some(),
+                known_what: "events with open dead letters",
+                known: open_names(|c| &c.event_name),
+            });
+        }
+    }
+    Ok(())
+}
+
+pub(super) async fn show(
+    store: &Store,
+    id: i64,
+    json: bool,
+    io: &mut Io<'_>,
+) -> Result<(), CliError> {
+    let d = store
+        .dead_letter_by_id(id)
+        .await?
+        .ok_or_else(|| CliError::NotFound(vec![id]))?;
+    if json {
+        return print_json(&d, io);
+    }
+    let mut s = String::new();
+    let _ = writeln!(s, "dead letter {} ({})", d.id, status(&d));
+    let mut field = |k: &str, v: &str| {
+        let _ = writeln!(s, "  {k:<14}{v}");
+    };
+    field("event", &format!("{} v{}", d.event_name, d.event_version));
+    field("event id", &d.event_id.to_string());
+    field("handler", &d.handler);
+    field("attempts", &d.attempts.to_string());
+    field("reason", d.reason.as_str());
+    field("first failed", &time_ms(d.first_failed_at));
+    field("last failed", &time_ms(d.last_failed_at));
+    field("dead at", &time_ms(d.dead_at));
+    if let Some(at) = d.resolved_at {
+        let how = d.resolution.as_deref().unwrap_or("resolved");
+        field("resolved", &format!("{how} at {}", time_ms(at)));
+    }
+    let _ = writeln!(s, "error chain:");
+    let chain = each_once(&d.error_chain);
+    if chain.is_empty() {
+        let _ = writeln!(s, "  (empty)");
+    }
+    for (i, e) in chain.iter().enumerate() {
+        let label = if i == 0 { "error" } else { "caused by" };
+        let _ = writeln!(s, "  {label}: {e}");
+    }
+    let _ = writeln!(s, "envelope:");
+    let pretty = serde_json::from_str::<serde_json::Value>(&d.envelope)
+        .ok()
+        .and_then(|v| serde_json::to_string_pretty(&v).ok());
+    match pretty {
+        Some(p) => {
+            for line in p.lines() {
+                let _ = writeln!(s, "  {line}");
+            }
+        }
+        // Not JSON (a foreign or corrupted row): show it as stored.
+        None => {
+            let _ = writeln!(s, "  {}", d.envelope);
+        }
+    }
+    io.out.write_all(s.as_bytes())?;
+    Ok(())
+}
+
+pub(super) fn status(d: &DeadLetter) -> &str {
+    match (&d.resolved_at, &d.resolution) {
+        (None, _) => "open",
+        (Some(_), Some(r)) => r,
+        (Some(_), None) => "resolved",
+    }
+}

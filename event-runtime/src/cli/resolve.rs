@@ -1,0 +1,225 @@
+//! `dlq replay` and `dlq purge`: selecting dead letters, confirming, progress, and who the
+//! actor is. Changes dead letters only through one audited store operation: must not write rows.
+
+use std::io;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::store::{DeadLetterFilter, Resolution};
+
+use super::args::ResolveArgs;
+use super::connect::Target;
+use super::dlq::check_names;
+use super::format::{join_ids, time};
+use super::{App, CliError, Io};
+
+/// More rows than this show a progress bar (on a terminal).
+const PROGRESS_THRESHOLD: usize = 50;
+
+pub(super) async fn resolve(
+    target: &Target<'_>,
+    app: &App<'_>,
+    action: Resolution,
+    args: ResolveArgs,
+    io: &mut Io<'_>,
+) -> Result<(), CliError> {
+    let (verb, doing, done) = match action {
+        Resolution::Replay => ("replay", "replaying", "replayed"),
+        Resolution::Purge => ("purge", "purging", "purged"),
+    };
+    let reason = args.reason.trim();
+    if reason.is_empty() {
+        return Err(CliError::Refused(format!(
+            "--reason must say why: it is written to the audit log; nothing was {done}"
+        )));
+    }
+    let actor = actor(args.actor.as_deref(), done)?;
+    let store = target.connect().await?;
+
+    let ids = if args.ids.is_empty() {
+        let filter = DeadLetterFilter {
+            handler: args.handler.clone(),
+            event_name: args.event.clone(),
+            ..DeadLetterFilter::default()
+        };
+        let ids: Vec<i64> = store
+            .dead_letters(&filter)
+            .await?
+            .iter()
+            .map(|d| d.id)
+            .collect();
+        if ids.is_empty() {
+            check_names(&store, app, args.handler.as_deref(), args.event.as_deref()).await?;
+            writeln!(io.out, "no open dead letters match; nothing {done}")?;
+            return Ok(());
+        }
+        if !args.yes {
+            let selection = selection(&args);
+            let question = format!("{verb} {} dead letters ({selection})?", ids.len());
+            if !confirm(&question, io)? {
+                return Err(CliError::Refused(if io.prompt {
+                    format!("not confirmed; nothing was {done}")
+                } else {
+                    format!("{question} Pass --yes to confirm; nothing was {done}")
+                }));
+            }
+        }
+        ids
+    } else {
+        let mut ids = args.ids.clone();
+        ids.sort_unstable();
+        ids.dedup();
+        let mut open = Vec::with_capacity(ids.len());
+        let mut missing = Vec::new();
+        for id in ids {
+            match store.dead_letter_by_id(id).await? {
+                None => missing.push(id),
+                Some(d) if d.resolved_at.is_some() => {
+                    writeln!(
+                        io.err,
+                        "warning: dead letter {id} was already {} at {}; skipped",
+                        d.resolution.as_deref().unwrap_or("resolved"),
+                        d.resolved_at.map(time).unwrap_or_default()
+                    )?;
+                }
+                Some(_) => open.push(id),
+            }
+        }
+        if !missing.is_empty() {
+            return Err(CliError::NotFound(missing));
+        }
+        if open.is_empty() {
+            writeln!(
+                io.out,
+                "nothing {done}: no open dead letter among those ids"
+            )?;
+            return Ok(());
+        }
+        open
+    };
+
+    let bar = if io.progress && ids.len() > PROGRESS_THRESHOLD {
+        let style = ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} ({eta})")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> ");
+        let bar =
+            ProgressBar::with_draw_target(Some(ids.len() as u64), ProgressDrawTarget::stderr());
+        bar.set_style(style);
+        bar.set_message(doing);
+        Some(bar)
+    } else {
+        None
+    };
+    let ticker = bar.clone();
+    let entry = store
+        .resolve_dead_letters_with_progress(&ids, action, &actor, reason, move |n| {
+            if let Some(bar) = &ticker {
+                bar.set_position(n as u64);
+            }
+        })
+        .await;
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    let entry = entry?;
+    let skipped = ids.len() - entry.dead_letter_ids.len();
+    writeln!(
+        io.out,
+        "{done} {} dead letter{}: {}",
+        entry.count,
+        if entry.count == 1 { "" } else { "s" },
+        join_ids(&entry.dead_letter_ids, 20)
+    )?;
+    if skipped > 0 {
+        writeln!(
+            io.out,
+            "skipped {skipped} that another operation resolved in the meantime"
+        )?;
+    }
+    writeln!(
+        io.out,
+        "audit #{}: {} by {} at {}: {}",
+        entry.id,
+        entry.action,
+        entry.actor,
+        time(entry.at),
+        entry.reason
+    )?;
+    Ok(())
+}
+
+fn selection(args: &ResolveArgs) -> String {
+    let mut parts = Vec::new();
+    if args.all {
+        parts.push("all open".to_owned());
+    }
+    if let Some(h) = &args.handler {
+        parts.push(format!("handler {h}"));
+    }
+    if let Some(e) = &args.event {
+        parts.push(format!("event {e}"));
+    }
+    parts.join(", ")
+}
+
+/// Asks on the terminal; `false` without one.
+fn confirm(question: &str, io: &mut Io<'_>) -> Result<bool, CliError> {
+    if !io.prompt {
+        return Ok(false);
+    }
+    write!(io.err, "{question} [y/N] ")?;
+    io.err.flush()?;
+    let mut answer = String::new();
+    // A blocking read is fine here: the tool waits for the operator and nothing else.
+    io::stdin().read_line(&mut answer)?;
+    Ok(matches!(answer.trim(), "y" | "Y" | "yes" | "YES" | "Yes"))
+}
+
+/// Who the audit log names: `given` (`--actor`), else the login name. Refuses an empty one,
+/// so that the audit log never says "unknown"; `done` ends the message (`replayed`).
+pub(super) fn actor(given: Option<&str>, done: &str) -> Result<String, CliError> {
+    match given {
+        Some(a) if a.trim().is_empty() => Err(CliError::Refused(format!(
+            "--actor must name who does this: it is written to the audit log; nothing was {done}"
+        ))),
+        Some(a) => Ok(a.trim().to_owned()),
+        None => login_name().ok_or_else(|| {
+            CliError::Refused(format!(
+                "cannot tell who you are ($USER, $LOGNAME and $USERNAME are unset and the process's user has no name): pass --actor WHO, written to the audit log; nothing was {done}"
+            ))
+        }),
+    }
+}
+
+/// The login name, as `whoami` finds it: `$USER`, `$LOGNAME`, `$USERNAME`, else (on Unix) the
+/// name of the process's user in `/etc/passwd`.
+pub(super) fn login_name() -> Option<String> {
+    ["USER", "LOGNAME", "USERNAME"]
+        .iter()
+        .find_map(|k| {
+            std::env::var(k)
+                .ok()
+                .map(|v| v.trim().to_owned())
+                .filter(|v| !v.is_empty())
+        })
+        .or_else(passwd_name)
+}
+
+#[cfg(unix)]
+fn passwd_name() -> Option<String> {
+    use std::os::unix::fs::MetadataExt as _;
+    // /proc/self belongs to the effective user of the process, the one `whoami` names.
+    let uid = std::fs::metadata("/proc/self").ok()?.uid().to_string();
+    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+    passwd.lines().find_map(|line| {
+        let mut fields = line.split(':');
+        let name = fields.next()?;
+        let _password = fields.next()?;
+        (fields.next()? == uid && !name.is_empty()).then(|| name.to_owned())
+    })
+}
+
+#[cfg(not(unix))]
+fn passwd_name() -> Option<String> {
+    None
+}
