@@ -196,25 +196,43 @@ impl HandlerError {
         &*self.0.error
     }
 
-    /// The messages of the error and of each of its sources, outermost first.
-    ///
-    /// Errors are expected to follow the convention of `std::error::Error` (and of thiserror
-    /// and anyhow): `Display` says what failed at its own level and leaves the cause to
-    /// `source()`. An error whose message repeats its source's shows the cause twice here.
+    /// The messages of the error and of each of its sources, outermost first, each cause
+    /// once (see [`ErrorChain`] for the one repair made to errors that repeat their source).
     pub fn chain(&self) -> Vec<String> {
-        let mut out = vec![self.0.error.to_string()];
-        let mut next = self.0.error.source();
-        while let Some(e) = next {
-            out.push(e.to_string());
-            next = e.source();
-        }
-        out
+        chain_of(&*self.0.error)
     }
+}
+
+/// The messages of `error` and its sources, outermost first. A message that the one before
+/// already *ends with*, after `": "`, is the source repeated by an error that breaks the
+/// convention (`#[error("…: {0}")]` with `#[source]`): dropped.
+fn chain_of(error: &(dyn StdError + 'static)) -> Vec<String> {
+    let mut out: Vec<String> = vec![error.to_string()];
+    let mut next = error.source();
+    while let Some(e) = next {
+        let m = e.to_string();
+        let repeated = out.last().is_some_and(|prev| {
+            prev == &m
+                || prev
+                    .strip_suffix(m.as_str())
+                    .is_some_and(|head| head.ends_with(": "))
+        });
+        if !repeated {
+            out.push(m);
+        }
+        next = e.source();
+    }
+    out
 }
 
 /// Displays an error and each of its sources, outermost first, joined by `": "` — how logs,
 /// dead letters and the `events` tool print an error, so that no cause is lost and none is
-/// printed twice (given errors whose `Display` does not repeat their `source()`).
+/// printed twice.
+///
+/// Errors are expected to follow the convention of `std::error::Error` (thiserror, anyhow):
+/// `Display` says what failed at its own level and leaves the cause to `source()`. For errors
+/// that do not (a message ending in `": {source}"` that also returns the source), a cause the
+/// message before already ends with is not printed again.
 ///
 /// ```
 /// use event_core::ErrorChain;
@@ -231,13 +249,7 @@ pub struct ErrorChain<'a>(pub &'a (dyn StdError + 'static));
 
 impl fmt::Display for ErrorChain<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)?;
-        let mut next = self.0.source();
-        while let Some(e) = next {
-            write!(f, ": {e}")?;
-            next = e.source();
-        }
-        Ok(())
+        f.write_str(&chain_of(self.0).join(": "))
     }
 }
 
@@ -280,9 +292,27 @@ mod tests {
     #[error("outer")]
     struct Outer(#[from] std::io::Error);
 
+    #[derive(Debug, thiserror::Error)]
+    #[error("outer: {0}")]
+    struct Repeats(#[source] std::io::Error);
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("timeout while connecting")]
+    struct Contains(#[source] Timeout);
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("timeout")]
+    struct Timeout;
+
     #[test]
     fn the_chain_lists_each_cause_once() {
         let e = HandlerError::from(Outer(std::io::Error::other("disk full")));
         assert_eq!(e.chain(), ["outer", "disk full"]);
+        // An error that repeats its source at its end: the source is not printed again.
+        let e = HandlerError::from(Repeats(std::io::Error::other("disk full")));
+        assert_eq!(e.chain(), ["outer: disk full"]);
+        // A cause whose message merely appears inside the one before is a cause of its own.
+        let e = HandlerError::from(Contains(Timeout));
+        assert_eq!(e.chain(), ["timeout while connecting", "timeout"]);
     }
 }

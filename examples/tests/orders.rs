@@ -679,7 +679,7 @@ fn missing_file_and_missing_column() {
 #[test]
 fn bad_options_and_databases_are_refused_with_a_message() {
     let input = sample("options.csv", 5, 0, |l| l.to_vec());
-    let err = |args: Args| run(&args).unwrap_err().to_string();
+    let err = |args: Args| event_core::ErrorChain(&run(&args).unwrap_err()).to_string();
     assert_eq!(
         err(Args {
             flaky_rate: 1.5,

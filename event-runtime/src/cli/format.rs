@@ -123,11 +123,10 @@ pub(super) fn print_json<T: serde::Serialize + ?Sized>(
 
 /// `error` and each of its sources, outermost first, joined by `": "`, each cause once.
 ///
-/// The walk of [`event_core::ErrorChain`], with two repairs for errors that break the
-/// convention that `Display` leaves the cause to `source()`: a message that the one before
-/// already ends with is dropped (sqlx's `error returned from database: {0}` and serde
-/// wrappers embed their source and return it again), and sqlx's `error returned from
-/// database: ` prefix is cut, since the database's own message follows.
+/// The walk of [`event_core::ErrorChain`] (which drops a cause the message before already ends
+/// with: sqlx's `error returned from database: {0}` and serde wrappers embed their source and
+/// return it again), and sqlx's `error returned from database: ` prefix cut, since the
+/// database's own message follows.
 pub(crate) fn error_chain(error: &(dyn StdError + 'static)) -> String {
     let mut messages = Vec::new();
     let mut next = Some(error);

@@ -11,10 +11,12 @@
 //! # Rules every backend keeps
 //! - **Times** are milliseconds since the Unix epoch (UTC), always passed in by the caller
 //!   (`now`): a backend never reads a clock, so that an injected clock drives every stamp.
-//! - **Leases** belong to a worker: [`Backend::acquire_lease`] writes a lease row that the
-//!   worker renews ([`Backend::renew_lease`]) from its own connection; a delivery is leased
-//!   while its `lease_token` names a lease whose `expires_at` is not past. Renewing touches
-//!   only the lease row, so it never waits on a batch transaction's row locks.
+//! - **Leases** belong to a worker: its first claim writes a lease row (in the claim's own
+//!   transaction), which the worker renews ([`Backend::renew_lease`]) from its own connection,
+//!   never backwards; a delivery is leased while its `lease_token` names a lease whose
+//!   `expires_at` is not past. Renewing touches only the lease row, so it never waits on a
+//!   batch transaction's row locks (where the database has one writer, a batch transaction
+//!   renews its process's leases itself: [`BackendTransaction::renew_leases`]).
 //! - **Runs**: of the pending deliveries of one (destination, aggregate) with a sequence
 //!   above 0, only the lowest is *ready*; a claim takes ready heads whose earlier deliveries
 //!   are all completed or purged and extends each into its run, in sequence order.

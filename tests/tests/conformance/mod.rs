@@ -12,7 +12,6 @@
 //! server is not configured — and that one line. A case must not depend on a backend; where
 //! SQL must differ it asks `store.backend_name()`.
 
-
 pub mod crash;
 pub mod engine;
 pub mod outbox;
