@@ -1,11 +1,18 @@
-//! `cargo bench -p event-runtime --bench outbox --features postgres`: the outbox's unit of
-//! work and delivery against the same statements written by hand with sqlx, in one run, on
-//! SQLite (a temporary file) and PostgreSQL (`EVENTS_BENCH_POSTGRES_URL`, else
-//! `EVENTS_TEST_POSTGRES_URL`; the group is skipped when neither is set). See BENCHMARKS.md.
+//! `cargo bench -p event-runtime --features postgres --bench outbox`: the outbox's unit of
+//! work and delivery engine against hand-written sqlx, in one run, on SQLite (a temporary file)
+//! and PostgreSQL (`EVENTS_BENCH_POSTGRES_URL`, else `EVENTS_TEST_POSTGRES_URL`; the group is
+//! skipped, and says so, when neither is set). See BENCHMARKS.md.
+//!
+//! Every delivery benchmark drains with `Outbox::drain` (one delivery loop, in this task), a
+//! handler that takes no transaction (it runs outside any transaction and its outcomes are
+//! settled as they finish), and `Throughput::Elements` = the deliveries one iteration makes.
+//! The hand-written baseline claims with one `UPDATE … RETURNING` statement (heads found by
+//! `NOT EXISTS` an earlier pending delivery of the aggregate, the query anyone writes first;
+//! `FOR UPDATE SKIP LOCKED` on PostgreSQL) and completes each batch with one `UPDATE`.
 
 use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, criterion_main, Criterion};
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use event_core::{event_handler, DomainEvent, Envelope};
 use event_runtime::{Dispatcher, Outbox, OutboxConfig, Store};
 use serde::{Deserialize, Serialize};
@@ -20,15 +27,43 @@ struct Recorded {
     value: u64,
 }
 
+/// Does nothing, takes no transaction.
 #[event_handler(name = "bench.noop")]
 fn noop(_: &Recorded) {}
 
-fn envelopes(n: usize) -> Vec<Envelope<Recorded>> {
-    let stream = Uuid::now_v7().to_string();
+/// Awaits 10 ms (an HTTP call), takes no transaction.
+#[event_handler(name = "bench.io")]
+async fn io(_: &Recorded) {
+    tokio::time::sleep(Duration::from_millis(10)).await;
+}
+
+#[derive(Clone, Copy)]
+enum Handler {
+    Noop,
+    Io,
+}
+
+fn outbox(store: Store, handler: Handler, batch_size: u32, concurrency: usize) -> Outbox {
+    let d = match handler {
+        Handler::Noop => Dispatcher::builder_empty().handler::<noop>(),
+        Handler::Io => Dispatcher::builder_empty().handler::<io>(),
+    };
+    Outbox::builder(store)
+        .dispatcher(d)
+        .config(OutboxConfig {
+            batch_size,
+            concurrency,
+            ..OutboxConfig::default()
+        })
+        .build()
+        .expect("valid outbox")
+}
+
+fn envelopes(stream: &str, n: usize) -> Vec<Envelope<Recorded>> {
     (1..=n)
         .map(|i| {
             Envelope::new(Recorded {
-                stream: stream.clone(),
+                stream: stream.to_owned(),
                 value: i as u64,
             })
             .with_sequence(i as u64)
@@ -36,20 +71,9 @@ fn envelopes(n: usize) -> Vec<Envelope<Recorded>> {
         .collect()
 }
 
-fn outbox(store: Store) -> Outbox {
-    Outbox::builder(store)
-        .dispatcher(Dispatcher::builder_empty().handler::<noop>())
-        .config(OutboxConfig {
-            batch_size: 250,
-            ..OutboxConfig::default()
-        })
-        .build()
-        .expect("valid outbox")
-}
-
 async fn uow_commit(outbox: &Outbox, n: usize) {
     let mut uow = outbox.begin().await.unwrap();
-    for e in envelopes(n) {
+    for e in envelopes(&Uuid::now_v7().to_string(), n) {
         uow.add(e);
     }
     uow.commit().await.unwrap();
@@ -59,7 +83,7 @@ async fn uow_commit(outbox: &Outbox, n: usize) {
 /// outbox and one for the deliveries, in one transaction.
 async fn raw_insert(store: &Store, n: usize) {
     let now = chrono::Utc::now().timestamp_millis();
-    let rows: Vec<(String, String, Envelope<Recorded>)> = envelopes(n)
+    let rows: Vec<(String, String, Envelope<Recorded>)> = envelopes(&Uuid::now_v7().to_string(), n)
         .into_iter()
         .map(|e| (e.id().to_string(), serde_json::to_string(&e).unwrap(), e))
         .collect();
@@ -107,74 +131,69 @@ async fn raw_insert(store: &Store, n: usize) {
     tx.commit().await.unwrap();
 }
 
-/// 1,000 pending deliveries, each of its own aggregate (so that batches are full).
-async fn fill(outbox: &Outbox) {
-    for chunk in 0..10 {
-        let mut uow = outbox.begin().await.unwrap();
-        for i in 0..100 {
-            uow.add(Envelope::new(Recorded {
-                stream: format!("{}-{chunk}-{i}", Uuid::now_v7()),
-                value: i,
-            }));
+/// `aggregates` aggregates of `per_aggregate` pending deliveries each, committed through the
+/// outbox (100 events per unit of work).
+async fn fill(outbox: &Outbox, aggregates: usize, per_aggregate: usize) {
+    let run = Uuid::now_v7().simple().to_string();
+    for a in 0..aggregates {
+        let stream = format!("{run}-{a}");
+        let all = envelopes(&stream, per_aggregate);
+        for chunk in all.chunks(100) {
+            let mut uow = outbox.begin().await.unwrap();
+            for e in chunk {
+                uow.add(e.clone());
+            }
+            uow.commit().await.unwrap();
         }
-        uow.commit().await.unwrap();
     }
 }
 
-/// The delivery loop by hand: the same claim, fetch and completion statements as the store,
-/// a no-op "handler", no decoding, no savepoints, no bookkeeping.
-async fn raw_deliver(store: &Store) -> usize {
-    const CLAIM_SQLITE: &str = "UPDATE event_deliveries SET lease_token = $1, lease_until = $2, attempts = attempts + 1
+/// The delivery loop by hand: one claim statement with `RETURNING` (heads by `NOT EXISTS`,
+/// leases by token), a no-op "handler", one completion statement per batch.
+async fn raw_deliver(store: &Store, batch: i64) -> usize {
+    const CLAIM_SQLITE: &str = "UPDATE event_deliveries SET lease_token = $1
         WHERE (handler, event_id) IN (SELECT d.handler, d.event_id FROM event_deliveries d
-            WHERE d.status = 'pending' AND d.next_attempt_at <= $3 AND (d.lease_until IS NULL OR d.lease_until < $3)
+            WHERE d.status = 'pending' AND d.next_attempt_at <= $2 AND d.lease_token IS NULL
               AND NOT EXISTS (SELECT 1 FROM event_deliveries p WHERE p.handler = d.handler AND p.aggregate_type = d.aggregate_type
                   AND p.aggregate_id = d.aggregate_id AND p.sequence < d.sequence AND p.status IN ('pending', 'dead'))
-            ORDER BY d.next_attempt_at LIMIT $4)";
-    const CLAIM_PG: &str = "UPDATE event_deliveries u SET lease_token = $1, lease_until = $2, attempts = u.attempts + 1
+            ORDER BY d.next_attempt_at LIMIT $3)
+        RETURNING handler, event_id, (SELECT o.envelope FROM event_outbox o WHERE o.event_id = event_deliveries.event_id) AS envelope";
+    const CLAIM_PG: &str = "UPDATE event_deliveries u SET lease_token = $1
         FROM (SELECT d.handler, d.event_id FROM event_deliveries d
-            WHERE d.status = 'pending' AND d.next_attempt_at <= $3 AND (d.lease_until IS NULL OR d.lease_until < $3)
+            WHERE d.status = 'pending' AND d.next_attempt_at <= $2 AND d.lease_token IS NULL
               AND NOT EXISTS (SELECT 1 FROM event_deliveries p WHERE p.handler = d.handler AND p.aggregate_type = d.aggregate_type
                   AND p.aggregate_id = d.aggregate_id AND p.sequence < d.sequence AND p.status IN ('pending', 'dead'))
-            ORDER BY d.next_attempt_at LIMIT $4 FOR UPDATE SKIP LOCKED) due
-        WHERE u.handler = due.handler AND u.event_id = due.event_id";
-    const FETCH: &str = "SELECT d.handler, d.event_id, o.envelope FROM event_deliveries d
-        JOIN event_outbox o ON o.event_id = d.event_id WHERE d.lease_token = $1";
-    const COMPLETE: &str = "UPDATE event_deliveries SET status = 'completed', completed_at = $1, lease_token = NULL, lease_until = NULL
-        WHERE lease_token = $2 AND status = 'pending'";
+            ORDER BY d.next_attempt_at LIMIT $3 FOR UPDATE SKIP LOCKED) due, event_outbox o
+        WHERE u.handler = due.handler AND u.event_id = due.event_id AND o.event_id = u.event_id
+        RETURNING u.handler, u.event_id, o.envelope";
+    const COMPLETE: &str =
+        "UPDATE event_deliveries SET status = 'completed', completed_at = $1, lease_token = NULL
+        WHERE lease_token = $2";
     let mut done = 0;
     loop {
         let token = Uuid::now_v7().to_string();
         let now = chrono::Utc::now().timestamp_millis();
         macro_rules! batch {
             ($pool:expr, $claim:expr) => {{
-                let n = sqlx::query($claim)
+                let rows: Vec<(String, String, String)> = sqlx::query_as($claim)
                     .bind(&token)
-                    .bind(now + 30_000)
                     .bind(now)
-                    .bind(250i64)
-                    .execute($pool)
-                    .await
-                    .unwrap()
-                    .rows_affected();
-                if n == 0 {
-                    return done;
-                }
-                let rows: Vec<(String, String, String)> = sqlx::query_as(FETCH)
-                    .bind(&token)
+                    .bind(batch)
                     .fetch_all($pool)
                     .await
                     .unwrap();
-                let mut tx = $pool.begin().await.unwrap();
+                if rows.is_empty() {
+                    return done;
+                }
                 for r in &rows {
                     std::hint::black_box(r);
                 }
                 sqlx::query(COMPLETE)
                     .bind(now)
                     .bind(&token)
-                    .execute(&mut *tx)
+                    .execute($pool)
                     .await
                     .unwrap();
-                tx.commit().await.unwrap();
                 done += rows.len();
             }};
         }
@@ -189,59 +208,102 @@ async fn raw_deliver(store: &Store) -> usize {
     }
 }
 
+/// Times `deliver` after `setup` (untimed) per iteration.
+fn timed<S, D>(rt: &Runtime, iters: u64, setup: S, deliver: D) -> Duration
+where
+    S: AsyncFn(),
+    D: AsyncFn() -> usize,
+{
+    rt.block_on(async {
+        let mut total = Duration::ZERO;
+        for _ in 0..iters {
+            setup().await;
+            let start = Instant::now();
+            let n = deliver().await;
+            total += start.elapsed();
+            std::hint::black_box(n);
+        }
+        total
+    })
+}
+
 fn group(c: &mut Criterion, rt: &Runtime, name: &str, store: Store) {
-    let outbox = outbox(store.clone());
+    let commits = outbox(store.clone(), Handler::Noop, 128, 16);
     let mut g = c.benchmark_group(name);
     g.sample_size(20)
         .measurement_time(Duration::from_secs(4))
         .warm_up_time(Duration::from_secs(1));
     for n in [1usize, 10] {
+        g.throughput(Throughput::Elements(n as u64));
         g.bench_function(format!("uow_commit_{n}"), |b| {
-            b.to_async(rt).iter(|| uow_commit(&outbox, n))
+            b.to_async(rt).iter(|| uow_commit(&commits, n))
         });
         g.bench_function(format!("raw_insert_{n}"), |b| {
             b.to_async(rt).iter(|| raw_insert(&store, n))
         });
     }
-    g.sample_size(10).measurement_time(Duration::from_secs(8));
-    g.bench_function("deliver_1000", |b| {
-        b.iter_custom(|iters| {
-            rt.block_on(async {
-                let mut total = Duration::ZERO;
-                for _ in 0..iters {
-                    rt_drain_rest(&outbox).await;
-                    fill(&outbox).await;
-                    let start = Instant::now();
-                    let r = outbox.drain(Duration::from_secs(120)).await.unwrap();
-                    total += start.elapsed();
-                    assert_eq!(r.completed, 1000);
-                }
-                total
-            })
-        })
-    });
-    g.bench_function("raw_deliver_1000", |b| {
-        b.iter_custom(|iters| {
-            rt.block_on(async {
-                let mut total = Duration::ZERO;
-                for _ in 0..iters {
-                    rt_drain_rest(&outbox).await;
-                    fill(&outbox).await;
-                    let start = Instant::now();
-                    let n = raw_deliver(&store).await;
-                    total += start.elapsed();
-                    assert_eq!(n, 1000);
-                }
-                total
-            })
-        })
-    });
-    g.finish();
-}
+    g.sample_size(10)
+        .measurement_time(Duration::from_secs(8))
+        .warm_up_time(Duration::from_millis(500));
+    // Completes what the commit benchmarks left pending.
+    let clear = async || {
+        commits.drain(Duration::from_secs(600)).await.unwrap();
+    };
 
-/// Completes what earlier benchmarks left pending (the commit benchmarks leave deliveries).
-async fn rt_drain_rest(outbox: &Outbox) {
-    outbox.drain(Duration::from_secs(600)).await.unwrap();
+    // (name, aggregates, per aggregate, handler, batch, concurrency, raw baseline)
+    let cases: [(&str, usize, usize, Handler, u32, usize, bool); 4] = [
+        ("deliver_1000", 1000, 1, Handler::Noop, 250, 16, true),
+        ("deliver_10000", 100, 100, Handler::Noop, 1000, 100, true),
+        (
+            "deliver_hot_aggregate",
+            1,
+            5000,
+            Handler::Noop,
+            1000,
+            16,
+            false,
+        ),
+        ("deliver_io_10ms", 80, 25, Handler::Io, 256, 64, false),
+    ];
+    for (bench, aggregates, per, handler, batch, concurrency, raw) in cases {
+        let engine = outbox(store.clone(), handler, batch, concurrency);
+        g.throughput(Throughput::Elements((aggregates * per) as u64));
+        g.bench_function(bench, |b| {
+            b.iter_custom(|iters| {
+                timed(
+                    rt,
+                    iters,
+                    async || {
+                        clear().await;
+                        fill(&engine, aggregates, per).await;
+                    },
+                    async || {
+                        engine
+                            .drain(Duration::from_secs(600))
+                            .await
+                            .unwrap()
+                            .completed
+                    },
+                )
+            })
+        });
+        if raw {
+            g.bench_function(format!("raw_{bench}"), |b| {
+                b.iter_custom(|iters| {
+                    timed(
+                        rt,
+                        iters,
+                        async || {
+                            clear().await;
+                            fill(&engine, aggregates, per).await;
+                        },
+                        async || raw_deliver(&store, i64::from(batch)).await,
+                    )
+                })
+            });
+        }
+    }
+    g.finish();
 }
 
 fn bench(c: &mut Criterion) {

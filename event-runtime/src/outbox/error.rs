@@ -49,9 +49,10 @@ pub enum OutboxError {
     },
     /// [`Outbox::drain`](crate::Outbox::drain) ran out of time with deliveries still able to
     /// progress.
-    #[error("drain timed out with {pending} deliveries still pending")]
+    #[error("drain timed out with {pending} runs of deliveries still able to progress")]
     Timeout {
-        /// Deliveries still pending (not counting those waiting behind a dead letter).
+        /// Runs (the pending deliveries of one destination and aggregate, in order) still able
+        /// to progress: not waiting behind a dead letter, not paused.
         pending: u64,
     },
     /// Some outcomes of deliveries could not be recorded (the database kept refusing them):

@@ -252,7 +252,9 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// `expired_before` and hold no delivery. Returns how many deliveries it made ready.
     async fn repair_runs(&self, expired_before: i64) -> Result<u64, StoreError>;
 
-    /// Pending deliveries of `destinations` that are not waiting behind a dead letter.
+    /// Runs of `destinations` that can still progress: pending heads (due now or later) of
+    /// destinations not paused. A run whose head is dead waits for its replay or purge and
+    /// does not count.
     async fn progressing(&self, destinations: &[String]) -> Result<u64, StoreError>;
 
     /// Writes or renews a pause.

@@ -145,6 +145,10 @@ impl Dialect for SqliteDialect {
         format!("(SELECT value FROM json_each({param}))")
     }
 
+    fn text_in(column: &str, param: &str) -> String {
+        format!("{column} IN (SELECT value FROM json_each({param}))")
+    }
+
     async fn claim(
         pool: &Pool<Sqlite>,
         req: &ClaimRequest<'_>,

@@ -151,22 +151,17 @@ pub(crate) async fn claim_in_steps<D: Dialect>(
     .await?;
     lease::<D>(conn, req.token, &followers, "").await?;
     let mut claimed = Vec::with_capacity(head_keys.len() + followers.len());
-    for chunk in head_keys
+    let fetch = format!(
+        "SELECT {CLAIMED_COLUMNS} FROM event_deliveries d JOIN event_outbox o ON o.event_id = d.event_id \
+         WHERE d.handler = $1 AND {}",
+        D::text_in("d.event_id", "$2")
+    );
+    let keys = head_keys
         .iter()
         .chain(&followers)
-        .collect::<Vec<_>>()
-        .chunks(200)
-    {
-        let mut args = Vec::with_capacity(chunk.len() * 2);
-        for (h, e) in chunk {
-            args.extend([Arg::Str(h), Arg::Str(e)]);
-        }
-        let sql = format!(
-            "SELECT {CLAIMED_COLUMNS} FROM event_deliveries d JOIN event_outbox o ON o.event_id = d.event_id \
-             WHERE (d.handler, d.event_id) IN (SELECT column1, column2 FROM (VALUES {}) AS k)",
-            placeholders(chunk.len(), 2, 1)
-        );
-        for r in rows::<D>(conn, &sql, &args).await? {
+        .map(|(h, e)| (h.as_str(), e.as_str()));
+    for (destination, list) in super::by_destination(keys) {
+        for r in rows::<D>(conn, &fetch, &[Arg::Str(destination), Arg::Str(&list)]).await? {
             claimed.push(claimed_from_row::<D>(&r)?);
         }
     }
@@ -180,16 +175,18 @@ async fn lease<D: Dialect>(
     keys: &[(String, String)],
     also: &str,
 ) -> Result<(), StoreError> {
-    for chunk in keys.chunks(200) {
-        let mut args = vec![Arg::Str(token)];
-        for (h, e) in chunk {
-            args.extend([Arg::Str(h), Arg::Str(e)]);
-        }
-        let sql = format!(
-            "UPDATE event_deliveries SET {also}lease_token = $1 WHERE (handler, event_id) IN (SELECT column1, column2 FROM (VALUES {}) AS k)",
-            placeholders(chunk.len(), 2, 2)
-        );
-        execute::<D>(conn, &sql, &args).await?;
+    let sql = format!(
+        "UPDATE event_deliveries SET {also}lease_token = $1 WHERE handler = $2 AND {}",
+        D::text_in("event_id", "$3")
+    );
+    let keys = keys.iter().map(|(h, e)| (h.as_str(), e.as_str()));
+    for (destination, list) in super::by_destination(keys) {
+        execute::<D>(
+            conn,
+            &sql,
+            &[Arg::Str(token), Arg::Str(destination), Arg::Str(&list)],
+        )
+        .await?;
     }
     Ok(())
 }

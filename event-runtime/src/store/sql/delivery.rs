@@ -265,17 +265,22 @@ async fn complete<D: Dialect>(
     which: &[usize],
 ) -> Result<HashSet<(String, String)>, StoreError> {
     let mut done = HashSet::new();
-    for chunk in which.chunks(200) {
-        let mut args = vec![Arg::I64(now), Arg::Str(token)];
-        for &i in chunk {
-            args.extend([Arg::Str(batch[i].destination), Arg::Str(&ids[i])]);
-        }
-        let sql = format!(
-            "UPDATE event_deliveries SET status = 'completed', completed_at = $1, lease_token = NULL, attempts = attempts + 1 \
-             WHERE lease_token = $2 AND (handler, event_id) IN (SELECT column1, column2 FROM (VALUES {}) AS k) \
-             RETURNING handler, event_id",
-            placeholders(chunk.len(), 2, 3)
-        );
+    let sql = format!(
+        "UPDATE event_deliveries SET status = 'completed', completed_at = $1, lease_token = NULL, attempts = attempts + 1 \
+         WHERE lease_token = $2 AND handler = $3 AND {} \
+         RETURNING handler, event_id",
+        D::text_in("event_id", "$4")
+    );
+    let keys = which
+        .iter()
+        .map(|&i| (batch[i].destination, ids[i].as_str()));
+    for (destination, list) in super::by_destination(keys) {
+        let args = [
+            Arg::I64(now),
+            Arg::Str(token),
+            Arg::Str(destination),
+            Arg::Str(&list),
+        ];
         for r in rows::<D>(conn, &sql, &args).await? {
             done.insert((
                 D::DB::get_string(&r, "handler").map_err(db)?,
@@ -293,17 +298,21 @@ async fn release<D: Dialect>(
     ids: &[String],
     which: &[usize],
 ) -> Result<(), StoreError> {
-    for chunk in which.chunks(200) {
-        let mut args = vec![Arg::Str(token)];
-        for &i in chunk {
-            args.extend([Arg::Str(batch[i].destination), Arg::Str(&ids[i])]);
-        }
-        let sql = format!(
-            "UPDATE event_deliveries SET lease_token = NULL \
-             WHERE lease_token = $1 AND (handler, event_id) IN (SELECT column1, column2 FROM (VALUES {}) AS k)",
-            placeholders(chunk.len(), 2, 2)
-        );
-        execute::<D>(conn, &sql, &args).await?;
+    let sql = format!(
+        "UPDATE event_deliveries SET lease_token = NULL \
+         WHERE lease_token = $1 AND handler = $2 AND {}",
+        D::text_in("event_id", "$3")
+    );
+    let keys = which
+        .iter()
+        .map(|&i| (batch[i].destination, ids[i].as_str()));
+    for (destination, list) in super::by_destination(keys) {
+        execute::<D>(
+            conn,
+            &sql,
+            &[Arg::Str(token), Arg::Str(destination), Arg::Str(&list)],
+        )
+        .await?;
     }
     Ok(())
 }
@@ -431,14 +440,21 @@ pub(crate) async fn repair_runs<D: Dialect>(
     expired_before: i64,
 ) -> Result<u64, StoreError> {
     let mut conn = pool.acquire().await.map_err(db)?;
+    // Every run with a delivery waiting has its head (the lowest pending or dead delivery)
+    // made ready unless it is already: one pass over the waiting deliveries to find the runs,
+    // one key lookup per run (never a comparison of each waiting delivery with the others).
     let n = execute::<D>(
         &mut conn,
         "UPDATE event_deliveries SET ready = TRUE \
-         WHERE status IN ('pending', 'dead') AND status = 'pending' AND NOT ready AND NOT EXISTS ( \
-             SELECT 1 FROM event_deliveries p WHERE p.handler = event_deliveries.handler \
-               AND p.aggregate_type = event_deliveries.aggregate_type \
-               AND p.aggregate_id = event_deliveries.aggregate_id \
-               AND p.sequence < event_deliveries.sequence AND p.status IN ('pending', 'dead'))",
+         FROM (SELECT w.handler AS h, (SELECT p.event_id FROM event_deliveries p \
+                 WHERE p.handler = w.handler AND p.aggregate_type = w.aggregate_type \
+                   AND p.aggregate_id = w.aggregate_id AND p.status IN ('pending', 'dead') \
+                   AND p.sequence > 0 ORDER BY p.sequence LIMIT 1) AS e \
+               FROM (SELECT DISTINCT handler, aggregate_type, aggregate_id FROM event_deliveries \
+                     WHERE status IN ('pending', 'dead') AND status = 'pending' AND NOT ready \
+                       AND sequence > 0) AS w) AS n \
+         WHERE event_deliveries.handler = n.h AND event_deliveries.event_id = n.e \
+           AND event_deliveries.status = 'pending' AND NOT event_deliveries.ready",
         &[],
     )
     .await?;
@@ -453,20 +469,20 @@ pub(crate) async fn repair_runs<D: Dialect>(
     Ok(n)
 }
 
+/// Runs that can still progress: pending heads (ready, due now or later) of `destinations`
+/// that are not paused. A run whose head is dead waits for its replay or purge and does not
+/// count; a delivery behind a head is part of that head's run. Answered from the ready-head
+/// index: its cost follows the heads, not the backlog behind them.
 pub(crate) async fn progressing<D: Dialect>(
     pool: &Pool<D::DB>,
     destinations: &[String],
 ) -> Result<u64, StoreError> {
     let list = serde_json::to_string(destinations).unwrap_or_else(|_| "[]".into());
     let sql = format!(
-        // `status IN (…)` repeats the condition of the index of pending and dead deliveries,
-        // so that SQLite's planner reads only those, not every completed one.
-        "SELECT COUNT(*) AS n FROM event_deliveries d \
-         WHERE d.status IN ('pending', 'dead') AND d.status = 'pending' AND d.handler IN {} \
-         AND NOT EXISTS (SELECT 1 FROM event_paused_destinations z WHERE z.destination = d.handler) \
-         AND NOT EXISTS (SELECT 1 FROM event_deliveries p WHERE p.handler = d.handler \
-             AND p.aggregate_type = d.aggregate_type AND p.aggregate_id = d.aggregate_id \
-             AND p.sequence < d.sequence AND p.status IN ('pending', 'dead') AND p.status = 'dead')",
+        "SELECT COUNT(*) AS n FROM {} \
+         WHERE d.status = 'pending' AND d.ready AND d.handler IN {} \
+         AND NOT EXISTS (SELECT 1 FROM event_paused_destinations z WHERE z.destination = d.handler)",
+        D::HEADS_TABLE,
         D::json_text_array("$1")
     );
     let mut conn = pool.acquire().await.map_err(db)?;

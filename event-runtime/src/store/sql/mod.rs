@@ -91,6 +91,11 @@ pub(crate) trait Dialect: Send + Sync + Sized + fmt::Debug + 'static {
     /// A subquery yielding the text elements of the JSON array in placeholder `param`.
     fn json_text_array(param: &str) -> String;
 
+    /// `column` is one of the texts of the JSON array in placeholder `param`, as a condition
+    /// the planner turns into lookups by key (or one hashed pass), never into a scan of the
+    /// table per listed value.
+    fn text_in(column: &str, param: &str) -> String;
+
     /// Leases ready runs (see [`Backend::claim`]).
     fn claim(
         pool: &Pool<Self::DB>,
@@ -147,6 +152,28 @@ impl<D: Dialect> SqlStore<D> {
 
 pub(crate) fn db(e: sqlx::Error) -> StoreError {
     StoreError::Database(e)
+}
+
+/// Deliveries named by (destination, event id), grouped by destination: one statement per
+/// destination and chunk, each `handler = $a AND event_id IN (…)` on the primary key.
+pub(crate) fn by_destination<'a>(
+    keys: impl Iterator<Item = (&'a str, &'a str)>,
+) -> Vec<(&'a str, String)> {
+    let mut groups: Vec<(&'a str, Vec<&'a str>)> = Vec::new();
+    for (destination, event_id) in keys {
+        match groups.iter_mut().find(|(d, _)| *d == destination) {
+            Some((_, ids)) => ids.push(event_id),
+            None => groups.push((destination, vec![event_id])),
+        }
+    }
+    groups
+        .into_iter()
+        .flat_map(|(d, ids)| {
+            ids.chunks(1_000)
+                .map(|c| (d, serde_json::to_string(c).unwrap_or_else(|_| "[]".into())))
+                .collect::<Vec<_>>()
+        })
+        .collect()
 }
 
 /// Begins a transaction whose COMMIT need not wait for durable storage: for bookkeeping whose
