@@ -60,11 +60,15 @@
 //!    error rolls everything back), writes one delivery row per (event, after-commit handler),
 //!    and COMMITs — nothing runs, and nothing leaves the process, before that;
 //! 3. delivery workers ([`Outbox::spawn_workers`], or [`Outbox::drain`] /
-//!    [`Outbox::deliver_batch`] in your own loop) claim due deliveries in batches under a lease
-//!    (PostgreSQL: `FOR UPDATE SKIP LOCKED`), run each handler, and record completion in the
-//!    same transaction as the handler's own writes — a handler takes `&mut Tx` (or
-//!    `&mut sqlx::SqliteConnection` / `&mut sqlx::PgConnection`) for that, so its database
-//!    effects happen exactly once.
+//!    [`Outbox::deliver_batch`] in your own loop) claim runs of due deliveries — per
+//!    (handler, aggregate), in sequence order — under a lease the worker renews while it works
+//!    (PostgreSQL: `FOR UPDATE SKIP LOCKED`). A handler that takes `&mut Tx` (or
+//!    `&mut sqlx::SqliteConnection` / `&mut sqlx::PgConnection`) runs inside the batch's
+//!    transaction, in a savepoint of its own, and its completion commits with its writes, so
+//!    its database effects happen exactly once. A handler that takes no transaction (an HTTP
+//!    call, a mail) runs outside any transaction, concurrently across aggregates up to
+//!    [`OutboxConfig::concurrency`], and is settled as it finishes: a crash repeats only the
+//!    calls in flight. Every run has a time limit ([`OutboxConfig::handler_timeout`]).
 //!
 //! Delivery is at-least-once per (event, handler), in per-aggregate sequence order per handler
 //! (opt out with `#[event_handler(unordered)]`). The order comes from the envelope's sequence:
@@ -185,8 +189,8 @@ pub use dispatch::{
 pub use outbox::retry::RetryPolicy;
 pub use outbox::{
     BatchReport, Clock, CommitReport, ConfigError, Delivery, DeliveryError, Destination,
-    HandlerOptions, Outbox, OutboxBuilder, OutboxConfig, OutboxError, OutboxUnitOfWork, Routing,
-    SystemClock, Workers, MAX_ERROR_BYTES, MIN_LEASE,
+    HandlerOptions, Outbox, OutboxBuilder, OutboxConfig, OutboxError, OutboxUnitOfWork,
+    PurgeReport, Routing, SystemClock, Workers, MAX_ERROR_BYTES, MIN_LEASE,
 };
 pub use store::{
     AuditEntry, ConnectOptions, DeadLetter, DeadLetterFilter, DeadLetterReason, HandlerStats,

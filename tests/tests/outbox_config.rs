@@ -120,3 +120,81 @@ async fn an_oversized_envelope_fails_the_commit_and_writes_nothing() {
         0
     );
 }
+
+#[tokio::test]
+async fn a_sequence_above_i64_max_is_refused_at_commit() {
+    let (_, sqlite) = common::sqlite("sequence_range").await;
+    let mut stores = vec![sqlite];
+    if let Some((_, _, pg)) = common::postgres("sequence_range").await {
+        stores.push(pg);
+    }
+    for store in stores {
+        let label = store.backend_name();
+        let outbox = Outbox::builder(store.clone())
+            .dispatcher(Dispatcher::builder_empty().handler::<apply>())
+            .resource(Attempts::default())
+            .build()
+            .unwrap();
+        let sequence = i64::MAX as u64 + 1;
+        let mut uow = outbox.begin().await.unwrap();
+        uow.add(
+            event_core::Envelope::new(Deposited {
+                account: "acc-huge".into(),
+                amount: 1,
+                fail: Fail::Never,
+            })
+            .with_sequence(sequence),
+        );
+        match uow.commit().await {
+            Err(OutboxError::Store(StoreError::SequenceOutOfRange {
+                aggregate_id,
+                sequence: s,
+                ..
+            })) => {
+                assert_eq!(
+                    (aggregate_id.as_str(), s),
+                    ("acc-huge", sequence),
+                    "{label}"
+                );
+            }
+            other => panic!("{label}: {other:?}"),
+        }
+        assert_eq!(
+            store.stats().await.unwrap().events,
+            0,
+            "{label}: nothing written"
+        );
+    }
+}
+
+/// A database error other than missing tables (here: no privilege on the schema) is passed
+/// through, not reported as "not an outbox".
+#[tokio::test]
+async fn opening_an_outbox_without_privileges_reports_the_database_error() {
+    let Some((url, schema, store)) = common::postgres("open_no_privilege").await else {
+        return;
+    };
+    let role = "events_test_no_privilege";
+    const CREATE: &str = "DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'events_test_no_privilege') THEN CREATE ROLE events_test_no_privilege LOGIN; END IF; END $$";
+    // Two tests creating the role at once: the loser's error is harmless.
+    let mut tx = store.begin().await.unwrap();
+    let _ = tx.execute(CREATE, &[]).await;
+    let _ = tx.commit().await;
+    let as_role = match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let host = rest.split_once('@').map_or(rest, |(_, h)| h);
+            format!("{scheme}://{role}@{host}")
+        }
+        None => panic!("{url}"),
+    };
+    match Store::open(&as_role, Some(&schema)).await {
+        Err(e @ StoreError::NotAnOutbox { .. }) => {
+            panic!("a permission error reported as a missing outbox: {e}")
+        }
+        Err(e) => {
+            let chain = event_core::ErrorChain(&e).to_string();
+            assert!(chain.contains("permission denied"), "{chain}");
+        }
+        Ok(_) => panic!("{role} could open {schema} without privileges"),
+    }
+}

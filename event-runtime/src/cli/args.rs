@@ -76,6 +76,11 @@ pub(super) enum Dlq {
     Replay(ResolveArgs),
     /// Give up on dead letters, audited: later events of their aggregate flow
     Purge(ResolveArgs),
+    /// Finish a replay or purge that was interrupted (its audit row has no finish time)
+    Resume {
+        /// The operation's audit id (`dlq audit` lists it as unfinished)
+        audit_id: i64,
+    },
     /// Show the audit log (replays, purges, pauses, resumes), newest first
     Audit {
         /// Print JSON

@@ -247,6 +247,16 @@ pub enum CliError {
     /// No dead letter has this id.
     #[error("no dead letter with id {}", join_ids(.0, 20))]
     NotFound(Vec<i64>),
+    /// A replay or purge over a selection failed part-way: the pages before the failure are
+    /// done and audited; `dlq audit` shows the unfinished row and `dlq resume ID` finishes it.
+    #[error("{doing} stopped part-way: what was done is kept and audited; finish it with `dlq resume ID`, ID being the unfinished row of `dlq audit`")]
+    Interrupted {
+        /// What it was doing (`replaying`, `purging`, `resuming`).
+        doing: String,
+        /// Why it stopped.
+        #[source]
+        source: StoreError,
+    },
     /// A `--handler`, `--event` or destination name that matches nothing and that nothing
     /// knows: probably a typo.
     #[error("{what} `{name}`: nothing in this outbox{} has that name; {known_what}: {}", if *.embedded { " or application" } else { "" }, join_names(.known))]
@@ -453,6 +463,7 @@ async fn execute_io(cli: Cli, app: App<'_>, io: &mut Io<'_>) -> Result<(), CliEr
         Command::Dlq(Dlq::Purge(args)) => {
             resolve::resolve(&target, &app, Resolution::Purge, args, io).await
         }
+        Command::Dlq(Dlq::Resume { audit_id }) => resolve::resume(&target, audit_id, io).await,
         Command::Dlq(Dlq::Audit { json, limit }) => {
             let entries = target.connect().await?.audit_log(limit).await?;
             stats::print_audit(&entries, json, io)

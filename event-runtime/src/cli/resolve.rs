@@ -5,7 +5,7 @@ use std::io;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::store::{DeadLetterFilter, Resolution};
+use crate::store::{AuditEntry, DeadLetterFilter, Resolution};
 
 use super::args::ResolveArgs;
 use super::connect::Target;
@@ -36,26 +36,21 @@ pub(super) async fn resolve(
     let actor = actor(args.actor.as_deref(), done)?;
     let store = target.connect().await?;
 
-    let ids = if args.ids.is_empty() {
+    if args.ids.is_empty() {
         let filter = DeadLetterFilter {
             handler: args.handler.clone(),
             event_name: args.event.clone(),
             ..DeadLetterFilter::default()
         };
-        let ids: Vec<i64> = store
-            .dead_letters(&filter)
-            .await?
-            .iter()
-            .map(|d| d.id)
-            .collect();
-        if ids.is_empty() {
+        let total = store.count_dead_letters(&filter).await?;
+        if total == 0 {
             check_names(&store, app, args.handler.as_deref(), args.event.as_deref()).await?;
             writeln!(io.out, "no open dead letters match; nothing {done}")?;
             return Ok(());
         }
         if !args.yes {
             let selection = selection(&args);
-            let question = format!("{verb} {} dead letters ({selection})?", ids.len());
+            let question = format!("{verb} {total} dead letters ({selection})?");
             if !confirm(&question, io)? {
                 return Err(CliError::Refused(if io.prompt {
                     format!("not confirmed; nothing was {done}")
@@ -64,52 +59,54 @@ pub(super) async fn resolve(
                 }));
             }
         }
-        ids
-    } else {
-        let mut ids = args.ids.clone();
-        ids.sort_unstable();
-        ids.dedup();
-        let mut open = Vec::with_capacity(ids.len());
-        let mut missing = Vec::new();
-        for id in ids {
-            match store.dead_letter_by_id(id).await? {
-                None => missing.push(id),
-                Some(d) if d.resolved_at.is_some() => {
-                    writeln!(
-                        io.err,
-                        "warning: dead letter {id} was already {} at {}; skipped",
-                        d.resolution.as_deref().unwrap_or("resolved"),
-                        d.resolved_at.map(time).unwrap_or_default()
-                    )?;
+        let bar = bar(io, total, doing);
+        let ticker = bar.clone();
+        let entry = store
+            .resolve_matching(&filter, action, &actor, reason, move |n| {
+                if let Some(bar) = &ticker {
+                    bar.set_position(n);
                 }
-                Some(_) => open.push(id),
-            }
+            })
+            .await;
+        if let Some(bar) = bar {
+            bar.finish_and_clear();
         }
-        if !missing.is_empty() {
-            return Err(CliError::NotFound(missing));
-        }
-        if open.is_empty() {
-            writeln!(
-                io.out,
-                "nothing {done}: no open dead letter among those ids"
-            )?;
-            return Ok(());
-        }
-        open
-    };
+        let entry = entry.map_err(|e| interrupted(e, doing))?;
+        return report_matching(&entry, total, done, io);
+    }
 
-    let bar = if io.progress && ids.len() > PROGRESS_THRESHOLD {
-        let style = ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} ({eta})")
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .progress_chars("=> ");
-        let bar =
-            ProgressBar::with_draw_target(Some(ids.len() as u64), ProgressDrawTarget::stderr());
-        bar.set_style(style);
-        bar.set_message(doing);
-        Some(bar)
-    } else {
-        None
-    };
+    let mut ids = args.ids.clone();
+    ids.sort_unstable();
+    ids.dedup();
+    let mut open = Vec::with_capacity(ids.len());
+    let mut missing = Vec::new();
+    for id in ids {
+        match store.dead_letter_by_id(id).await? {
+            None => missing.push(id),
+            Some(d) if d.resolved_at.is_some() => {
+                writeln!(
+                    io.err,
+                    "warning: dead letter {id} was already {} at {}; skipped",
+                    d.resolution.as_deref().unwrap_or("resolved"),
+                    d.resolved_at.map(time).unwrap_or_default()
+                )?;
+            }
+            Some(_) => open.push(id),
+        }
+    }
+    if !missing.is_empty() {
+        return Err(CliError::NotFound(missing));
+    }
+    if open.is_empty() {
+        writeln!(
+            io.out,
+            "nothing {done}: no open dead letter among those ids"
+        )?;
+        return Ok(());
+    }
+    let ids = open;
+
+    let bar = bar(io, ids.len() as u64, doing);
     let ticker = bar.clone();
     let entry = store
         .resolve_dead_letters_with_progress(&ids, action, &actor, reason, move |n| {
@@ -136,6 +133,94 @@ pub(super) async fn resolve(
             "skipped {skipped} that another operation resolved in the meantime"
         )?;
     }
+    audit_line(&entry, io)
+}
+
+/// `dlq resume AUDIT_ID`: finishes a replay or purge over a selection that was interrupted.
+pub(super) async fn resume(
+    target: &Target<'_>,
+    audit_id: i64,
+    io: &mut Io<'_>,
+) -> Result<(), CliError> {
+    let store = target.connect().await?;
+    let bar = bar(io, 0, "resuming");
+    let ticker = bar.clone();
+    let entry = store
+        .resume_resolution(audit_id, move |n| {
+            if let Some(bar) = &ticker {
+                bar.set_position(n);
+            }
+        })
+        .await;
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    let entry = entry.map_err(|e| interrupted(e, "resuming"))?;
+    let done = if entry.action == "purge" {
+        "purged"
+    } else {
+        "replayed"
+    };
+    writeln!(
+        io.out,
+        "{done} {} dead letter{} in all",
+        entry.count,
+        if entry.count == 1 { "" } else { "s" }
+    )?;
+    audit_line(&entry, io)
+}
+
+/// A progress bar on standard error for more than [`PROGRESS_THRESHOLD`] rows (`total` 0:
+/// unknown), only on a terminal.
+fn bar(io: &Io<'_>, total: u64, doing: &str) -> Option<ProgressBar> {
+    if !io.progress || (total > 0 && total <= PROGRESS_THRESHOLD as u64) {
+        return None;
+    }
+    let (template, len) = if total > 0 {
+        ("{msg} [{bar:40}] {pos}/{len} ({eta})", Some(total))
+    } else {
+        ("{msg} {pos} {spinner}", None)
+    };
+    let style = ProgressStyle::with_template(template)
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> ");
+    let bar = ProgressBar::with_draw_target(len, ProgressDrawTarget::stderr());
+    bar.set_style(style);
+    bar.set_message(doing.to_owned());
+    Some(bar)
+}
+
+/// A failed operation over a selection says how to finish it.
+fn interrupted(e: crate::store::StoreError, doing: &str) -> CliError {
+    CliError::Interrupted {
+        doing: doing.to_owned(),
+        source: e,
+    }
+}
+
+fn report_matching(
+    entry: &AuditEntry,
+    total: u64,
+    done: &str,
+    io: &mut Io<'_>,
+) -> Result<(), CliError> {
+    writeln!(
+        io.out,
+        "{done} {} dead letter{}",
+        entry.count,
+        if entry.count == 1 { "" } else { "s" }
+    )?;
+    if entry.count < total {
+        writeln!(
+            io.out,
+            "skipped {} that another operation resolved in the meantime",
+            total - entry.count
+        )?;
+    }
+    audit_line(entry, io)
+}
+
+fn audit_line(entry: &AuditEntry, io: &mut Io<'_>) -> Result<(), CliError> {
     writeln!(
         io.out,
         "audit #{}: {} by {} at {}: {}",

@@ -38,8 +38,14 @@ pub(super) fn print_audit(
             time(e.at),
             e.action.clone(),
             e.actor.clone(),
-            e.count.to_string(),
-            join_ids(&e.dead_letter_ids, 10),
+            match (&e.selection, e.finished_at) {
+                (None, _) | (_, Some(_)) => e.count.to_string(),
+                (Some(_), None) => format!("{} (unfinished: dlq resume {})", e.count, e.id),
+            },
+            match &e.selection {
+                Some(s) => format!("selection {s}"),
+                None => join_ids(&e.dead_letter_ids, 10),
+            },
             one_line(&e.reason),
         ]);
     }

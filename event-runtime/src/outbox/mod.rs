@@ -29,6 +29,8 @@ pub(crate) mod destination;
 mod engine;
 mod error;
 mod lease;
+mod pause;
+mod retention;
 pub(crate) mod retry;
 mod settle;
 pub(crate) mod text;
@@ -47,6 +49,7 @@ pub use commit::{CommitReport, OutboxUnitOfWork};
 pub use config::{HandlerOptions, OutboxConfig, MIN_LEASE};
 pub use destination::{Delivery, DeliveryError, Destination, Routing};
 pub use error::{ConfigError, OutboxError};
+pub use retention::PurgeReport;
 pub use text::MAX_ERROR_BYTES;
 pub use workers::Workers;
 

@@ -22,6 +22,8 @@ use crate::store::backend::ClaimRequest;
 const REPAIR_EVERY: Duration = Duration::from_secs(30);
 /// How often the upkeep publishes backlog gauges and refreshes planner statistics.
 const STATS_EVERY: Duration = Duration::from_secs(5);
+/// Purge statements one upkeep pass runs at most (the rest waits for the next pass).
+const PURGE_STEPS_PER_PASS: u64 = 100;
 
 /// What drives a delivery loop.
 #[derive(Clone, Copy)]
@@ -393,12 +395,13 @@ impl Outbox {
             }
             if last_purge.elapsed() >= inner.config.retention_interval {
                 last_purge = Instant::now();
-                let cutoff = now - inner.config.retention.as_millis() as i64;
-                match store
-                    .purge_completed(cutoff, inner.config.retention_batch)
-                    .await
-                {
-                    Ok(n) if n > 0 => tracing::info!(deleted = n, "purged completed deliveries"),
+                match self.purge(Some(PURGE_STEPS_PER_PASS), cancel).await {
+                    Ok(r) if r.deliveries + r.events > 0 => tracing::info!(
+                        deliveries = r.deliveries,
+                        events = r.events,
+                        statements = r.steps,
+                        "retention: purged completed deliveries and their events"
+                    ),
                     Ok(_) => {}
                     Err(e) => tracing::warn!(error = %ErrorChain(&e), "retention purge failed"),
                 }

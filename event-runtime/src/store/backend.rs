@@ -266,10 +266,12 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// Every pause in force at `now`.
     async fn paused(&self, now: i64) -> Result<Vec<PausedDestination>, StoreError>;
 
-    /// Deletes up to `batch` completed deliveries completed before `cutoff`, then outbox
-    /// rows recorded before `cutoff` that nothing refers to; one purger at a time. Returns
-    /// the deliveries deleted.
-    async fn purge_completed(&self, cutoff: i64, batch: u32) -> Result<u64, StoreError>;
+    /// One bounded step of the retention purge, in one short transaction: deletes up to
+    /// `batch` deliveries completed before `cutoff`, then up to `batch` outbox rows recorded
+    /// before `cutoff` that no delivery and no open dead letter refers to. Never touches a
+    /// pending, leased or dead delivery. One purger at a time across processes: a step that
+    /// finds another purger running deletes nothing and says so (`PurgeStep::busy`).
+    async fn purge_completed(&self, cutoff: i64, batch: u32) -> Result<PurgeStep, StoreError>;
 
     /// Refreshes planner statistics, where the database needs it. Default: nothing.
     async fn refresh_statistics(&self) -> Result<(), StoreError> {
@@ -297,6 +299,40 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
 
     /// The audit log, newest first.
     async fn audit_log(&self, limit: u32) -> Result<Vec<AuditEntry>, StoreError>;
+
+    /// Starts a replay or purge over the open dead letters `filter` selects (its `limit`
+    /// caps the count; `include_resolved` is ignored): writes its audit row, unfinished,
+    /// with the selection, which includes the newest dead letter id now (later ones are never
+    /// touched). Returns the row and the selection.
+    async fn start_resolution(
+        &self,
+        filter: &DeadLetterFilter,
+        action: Resolution,
+        actor: &str,
+        reason: &str,
+        now: i64,
+    ) -> Result<(AuditEntry, ResolutionSelection), StoreError>;
+
+    /// Resolves the next page of at most `page` open dead letters of `selection`, oldest
+    /// first, in one transaction that also adds them to the audit row's count. Returns how
+    /// many it selected (fewer than `page`: nothing is left) and how many it resolved.
+    async fn resolve_page(
+        &self,
+        audit_id: i64,
+        action: Resolution,
+        selection: &ResolutionSelection,
+        page: u32,
+        now: i64,
+    ) -> Result<(u64, u64), StoreError>;
+
+    /// Marks the operation finished at `now`; returns its audit row.
+    async fn finish_resolution(&self, audit_id: i64, now: i64) -> Result<AuditEntry, StoreError>;
+
+    /// The operation over a selection with this audit id (row, action, selection), or `None`.
+    async fn resolution(
+        &self,
+        audit_id: i64,
+    ) -> Result<Option<(AuditEntry, Resolution, ResolutionSelection)>, StoreError>;
 
     /// How many dead letters match `filter`, ignoring its `limit`. The default lists them and
     /// counts; a backend with a query language overrides it with a count.
@@ -429,4 +465,41 @@ pub trait BackendTransaction: Send + fmt::Debug {
     /// `kill_connection`, the database connection is killed under it first.
     #[doc(hidden)]
     async fn abandon(self: Box<Self>, kill_connection: bool);
+}
+
+/// What one step of the retention purge deleted ([`Backend::purge_completed`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PurgeStep {
+    /// Completed deliveries deleted.
+    pub deliveries: u64,
+    /// Outbox rows deleted.
+    pub events: u64,
+    /// Another purger holds the purge lock: nothing was deleted.
+    pub busy: bool,
+}
+
+/// What a replay or purge over a selection selects, stored as JSON in its audit row so that an
+/// interrupted operation resumes on the same dead letters.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ResolutionSelection {
+    /// Only this dead letter.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<i64>,
+    /// Only this handler.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handler: Option<String>,
+    /// Only this event name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_name: Option<String>,
+    /// Dead-lettered at or after (milliseconds since the Unix epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since_ms: Option<i64>,
+    /// Dead-lettered before (milliseconds since the Unix epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until_ms: Option<i64>,
+    /// At most this many.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u64>,
+    /// The newest dead letter when the operation started: later ones are not selected.
+    pub up_to_id: i64,
 }

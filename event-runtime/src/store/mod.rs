@@ -18,6 +18,7 @@ mod operator;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres;
+mod resolve;
 pub(crate) mod sql;
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
@@ -32,6 +33,7 @@ use chrono::{DateTime, Utc};
 use futures_util::future::BoxFuture;
 
 pub use backend::{Backend, BackendTransaction};
+pub use resolve::RESOLVE_PAGE;
 pub use tx::{SqlValue, Tx};
 pub use types::{
     AuditEntry, DeadLetter, DeadLetterCount, DeadLetterFilter, DeadLetterReason, HandlerStats,
@@ -122,6 +124,12 @@ pub enum StoreError {
         url: String,
         /// The PostgreSQL schema, if one was given.
         schema: Option<String>,
+    },
+    /// [`Store::resume_resolution`]: no replay or purge over a selection has this audit id.
+    #[error("audit row {audit_id} is not a replay or purge over a selection")]
+    NoSuchResolution {
+        /// The audit id asked for.
+        audit_id: i64,
     },
     /// A row holds data this version cannot read (a corrupted or foreign table).
     #[error("corrupt outbox row: {0}")]

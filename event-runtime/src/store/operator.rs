@@ -129,8 +129,8 @@ async fn audit(
     now: i64,
 ) -> Result<AuditEntry, StoreError> {
     const AUDIT: &str =
-        "INSERT INTO event_audit_log (action, actor, reason, at, dead_letter_ids, count) \
-         VALUES ($1, $2, $3, $4, '[]', 0) RETURNING id";
+        "INSERT INTO event_audit_log (action, actor, reason, at, dead_letter_ids, count, finished_at) \
+         VALUES ($1, $2, $3, $4, '[]', 0, $4) RETURNING id";
     let id = tx
         .fetch_i64(
             AUDIT,
@@ -151,5 +151,7 @@ async fn audit(
         at: from_ms(now),
         dead_letter_ids: Vec::new(),
         count: 0,
+        selection: None,
+        finished_at: Some(from_ms(now)),
     })
 }

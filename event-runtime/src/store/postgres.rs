@@ -264,6 +264,32 @@ impl Dialect for PostgresDialect {
         Ok(true)
     }
 
+    async fn why_no_outbox(pool: &Pool<Postgres>) -> Result<(), sqlx::Error> {
+        // Name the schema: an unqualified name skips a schema without USAGE, a qualified one
+        // raises "permission denied for schema" (42501); a schema that does not exist or
+        // holds no outbox is what the caller reports.
+        let path: String = sqlx::query_scalar("SELECT current_setting('search_path')")
+            .fetch_one(pool)
+            .await?;
+        let Some(first) = path.split(',').map(str::trim).find(|s| !s.is_empty()) else {
+            return Ok(());
+        };
+        let schema = first.trim_matches('"').replace('"', "\"\"");
+        if schema == "$user" {
+            return Ok(());
+        }
+        let probe = format!("SELECT 1 FROM \"{schema}\".event_outbox LIMIT 0");
+        match sqlx::raw_sql(sqlx::AssertSqlSafe(probe))
+            .execute(pool)
+            .await
+        {
+            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42501") => {
+                Err(sqlx::Error::Database(e))
+            }
+            _ => Ok(()),
+        }
+    }
+
     async fn lock_purger(conn: &mut Conn<Self>) -> Result<bool, sqlx::Error> {
         sqlx::query_scalar("SELECT pg_try_advisory_xact_lock(7243012201)")
             .fetch_one(conn)

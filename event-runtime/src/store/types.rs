@@ -219,10 +219,19 @@ pub struct AuditEntry {
     pub reason: String,
     /// When.
     pub at: DateTime<Utc>,
-    /// Which dead letters.
+    /// Which dead letters, for an operation on dead letters named by id
+    /// ([`Store::resolve_dead_letters`](crate::Store::resolve_dead_letters)); empty for one
+    /// over a selection ([`Store::resolve_matching`](crate::Store::resolve_matching)), whose
+    /// dead letters name this row instead (`event_dead_letters.audit_id`).
     pub dead_letter_ids: Vec<i64>,
-    /// How many.
+    /// How many dead letters it resolved (so far, while it is not finished).
     pub count: u64,
+    /// What an operation over a selection selected (JSON: handler, event name, time range,
+    /// limit, and the newest dead letter id it may touch); `None` for one by id.
+    pub selection: Option<String>,
+    /// When it finished; `None` while it runs, or when it was interrupted (resume it with
+    /// [`Store::resume_resolution`](crate::Store::resume_resolution)).
+    pub finished_at: Option<DateTime<Utc>>,
 }
 
 /// Dead letters of one (handler, event name): how many are open and how many were replayed or

@@ -224,7 +224,7 @@ async fn long_statement(tx: &mut Tx) -> Result<(), HandlerError> {
     Ok(())
 }
 
-async fn setup(store: &Store) {
+pub async fn setup(store: &Store) {
     let mut tx = store.begin().await.unwrap();
     tx.execute(
         "CREATE TABLE IF NOT EXISTS engine_effects (event_id TEXT NOT NULL, handler TEXT NOT NULL)",
@@ -309,7 +309,7 @@ async fn attempts(store: &Store, handler: &str, id: Uuid) -> i64 {
     .await
 }
 
-async fn status_is(store: &Store, handler: &str, id: Uuid, status: &str) -> bool {
+pub async fn status_is(store: &Store, handler: &str, id: Uuid, status: &str) -> bool {
     scalar(
         store,
         "SELECT COUNT(*) FROM event_deliveries WHERE handler = $1 AND event_id = $2 AND status = $3",

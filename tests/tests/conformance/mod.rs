@@ -15,6 +15,7 @@
 pub mod crash;
 pub mod engine;
 pub mod outbox;
+pub mod retention;
 
 use event_runtime::{ConnectOptions, Store};
 
@@ -111,6 +112,7 @@ macro_rules! conformance_suite {
                 engine::an_unavailable_destination_pauses_itself_until_it_is_back,
                 engine::workers_stop_with_the_applications_cancellation_token,
                 engine::an_aborted_shutdown_gives_its_deliveries_back_at_once,
+                retention::retention_purges_old_rows_in_bounded_steps_and_nothing_else,
             );
         }
     };

@@ -76,6 +76,79 @@ pub(crate) async fn list<D: Dialect>(
     .collect()
 }
 
+/// Replays or purges the open dead letter `id` on `conn` (the caller's transaction), naming
+/// `audit_id` as the operation that did it when the audit row exists already. Returns `None`
+/// when it is not open, else the run a purge unblocked (to promote).
+pub(crate) async fn resolve_one<D: Dialect>(
+    conn: &mut Conn<D>,
+    id: i64,
+    action: Resolution,
+    now: i64,
+    audit_id: Option<i64>,
+) -> Result<Option<Option<StreamKey>>, StoreError> {
+    const MARK: &str =
+        "UPDATE event_dead_letters SET resolved_at = $1, resolution = $2, audit_id = $4
+        WHERE id = $3 AND resolved_at IS NULL RETURNING handler, event_id";
+    // A replayed delivery is the head of its run again (it was when it died).
+    const REPLAY: &str = "UPDATE event_deliveries SET status = 'pending', attempts = 0, next_attempt_at = $1,
+            lease_token = NULL, ready = TRUE, last_error = NULL, first_failed_at = NULL, last_failed_at = NULL
+        WHERE handler = $2 AND event_id = $3 AND status = 'dead'
+        RETURNING aggregate_type, aggregate_id";
+    const PURGE: &str = "UPDATE event_deliveries SET status = 'purged', lease_token = NULL
+        WHERE handler = $2 AND event_id = $3 AND status = 'dead' AND $1 >= 0
+        RETURNING aggregate_type, aggregate_id";
+    let (label, delivery_sql) = match action {
+        Resolution::Replay => ("replayed", REPLAY),
+        Resolution::Purge => ("purged", PURGE),
+    };
+    let marked = rows::<D>(
+        conn,
+        MARK,
+        &[
+            Arg::I64(now),
+            Arg::Str(label),
+            Arg::I64(id),
+            Arg::OptI64(audit_id),
+        ],
+    )
+    .await?;
+    let Some(r) = marked.first() else {
+        return Ok(None);
+    };
+    let handler = D::DB::get_string(r, "handler").map_err(db)?;
+    let event_id = D::DB::get_string(r, "event_id").map_err(db)?;
+    let changed = rows::<D>(
+        conn,
+        delivery_sql,
+        &[Arg::I64(now), Arg::Str(&handler), Arg::Str(&event_id)],
+    )
+    .await?;
+    let mut stream = None;
+    if action == Resolution::Purge {
+        if let Some(r) = changed.first() {
+            stream = Some((
+                handler,
+                D::DB::get_string(r, "aggregate_type").map_err(db)?,
+                D::DB::get_string(r, "aggregate_id").map_err(db)?,
+            ));
+        }
+    }
+    Ok(Some(stream))
+}
+
+/// Promotes the runs `streams` a purge unblocked; returns those to promote again after
+/// COMMIT where the dialect needs it.
+pub(crate) async fn unblock<D: Dialect>(
+    conn: &mut Conn<D>,
+    streams: Vec<StreamKey>,
+) -> Result<Vec<StreamKey>, StoreError> {
+    let heads = promote::<D>(conn, &streams).await?;
+    Ok(streams
+        .into_iter()
+        .filter(|s| !heads.contains_key(s))
+        .collect())
+}
+
 /// Replays or purges the open dead letters `ids` on `conn` (the caller's transaction), with
 /// one audit row. Returns the audit row and the runs a purge unblocked (to promote again
 /// after COMMIT where the dialect needs it).
@@ -89,56 +162,11 @@ pub(crate) async fn resolve<D: Dialect>(
     now: i64,
     progress: &mut (dyn FnMut(usize) + Send),
 ) -> Result<(AuditEntry, Vec<StreamKey>), StoreError> {
-    const MARK: &str = "UPDATE event_dead_letters SET resolved_at = $1, resolution = $2
-        WHERE id = $3 AND resolved_at IS NULL RETURNING handler, event_id";
-    // A replayed delivery is the head of its run again (it was when it died).
-    const REPLAY: &str = "UPDATE event_deliveries SET status = 'pending', attempts = 0, next_attempt_at = $1,
-            lease_token = NULL, ready = TRUE, last_error = NULL, first_failed_at = NULL, last_failed_at = NULL
-        WHERE handler = $2 AND event_id = $3 AND status = 'dead'
-        RETURNING aggregate_type, aggregate_id";
-    const PURGE: &str = "UPDATE event_deliveries SET status = 'purged', lease_token = NULL
-        WHERE handler = $2 AND event_id = $3 AND status = 'dead' AND $1 >= 0
-        RETURNING aggregate_type, aggregate_id";
     const AUDIT: &str =
-        "INSERT INTO event_audit_log (action, actor, reason, at, dead_letter_ids, count)
-        VALUES ($1, $2, $3, $4, $5, $6) RETURNING id";
-    let (label, action_name, delivery_sql) = match action {
-        Resolution::Replay => ("replayed", "replay", REPLAY),
-        Resolution::Purge => ("purged", "purge", PURGE),
-    };
-    let mut done = Vec::new();
-    let mut streams = Vec::new();
-    for (i, &id) in ids.iter().enumerate() {
-        let marked = rows::<D>(conn, MARK, &[Arg::I64(now), Arg::Str(label), Arg::I64(id)]).await?;
-        if let Some(r) = marked.first() {
-            let handler = D::DB::get_string(r, "handler").map_err(db)?;
-            let event_id = D::DB::get_string(r, "event_id").map_err(db)?;
-            let changed = rows::<D>(
-                conn,
-                delivery_sql,
-                &[Arg::I64(now), Arg::Str(&handler), Arg::Str(&event_id)],
-            )
-            .await?;
-            if action == Resolution::Purge {
-                for r in &changed {
-                    streams.push((
-                        handler.clone(),
-                        D::DB::get_string(r, "aggregate_type").map_err(db)?,
-                        D::DB::get_string(r, "aggregate_id").map_err(db)?,
-                    ));
-                }
-            }
-            done.push(id);
-        }
-        progress(i + 1);
-    }
-    // A purge lets the next delivery of the run flow.
-    let heads = promote::<D>(conn, &streams).await?;
-    let again = streams
-        .into_iter()
-        .filter(|s| !heads.contains_key(s))
-        .collect();
-    let ids_json = serde_json::to_string(&done).unwrap_or_else(|_| "[]".into());
+        "INSERT INTO event_audit_log (action, actor, reason, at, dead_letter_ids, count, finished_at)
+        VALUES ($1, $2, $3, $4, '[]', 0, $4) RETURNING id";
+    const COUNT: &str = "UPDATE event_audit_log SET dead_letter_ids = $1, count = $2 WHERE id = $3";
+    let action_name = action_name(action);
     let audit = rows::<D>(
         conn,
         AUDIT,
@@ -147,8 +175,6 @@ pub(crate) async fn resolve<D: Dialect>(
             Arg::Str(actor),
             Arg::Str(reason),
             Arg::I64(now),
-            Arg::Str(&ids_json),
-            Arg::I64(done.len() as i64),
         ],
     )
     .await?;
@@ -158,6 +184,28 @@ pub(crate) async fn resolve<D: Dialect>(
         .transpose()
         .map_err(db)?
         .ok_or_else(|| StoreError::Corrupt("the audit insert returned no id".into()))?;
+    let mut done = Vec::new();
+    let mut streams = Vec::new();
+    for (i, &id) in ids.iter().enumerate() {
+        if let Some(stream) = resolve_one::<D>(conn, id, action, now, Some(audit_id)).await? {
+            streams.extend(stream);
+            done.push(id);
+        }
+        progress(i + 1);
+    }
+    // A purge lets the next delivery of the run flow.
+    let again = unblock::<D>(conn, streams).await?;
+    let ids_json = serde_json::to_string(&done).unwrap_or_else(|_| "[]".into());
+    super::execute::<D>(
+        conn,
+        COUNT,
+        &[
+            Arg::Str(&ids_json),
+            Arg::I64(done.len() as i64),
+            Arg::I64(audit_id),
+        ],
+    )
+    .await?;
     Ok((
         AuditEntry {
             id: audit_id,
@@ -167,9 +215,18 @@ pub(crate) async fn resolve<D: Dialect>(
             at: from_ms(now),
             count: done.len() as u64,
             dead_letter_ids: done,
+            selection: None,
+            finished_at: Some(from_ms(now)),
         },
         again,
     ))
+}
+
+pub(crate) fn action_name(action: Resolution) -> &'static str {
+    match action {
+        Resolution::Replay => "replay",
+        Resolution::Purge => "purge",
+    }
 }
 
 pub(crate) async fn audit_log<D: Dialect>(
@@ -179,26 +236,34 @@ pub(crate) async fn audit_log<D: Dialect>(
     let mut conn = pool.acquire().await.map_err(db)?;
     rows::<D>(
         &mut conn,
-        "SELECT id, action, actor, reason, at, dead_letter_ids, count
+        "SELECT id, action, actor, reason, at, dead_letter_ids, count, selection, finished_at
          FROM event_audit_log ORDER BY id DESC LIMIT $1",
         &[Arg::I64(i64::from(limit))],
     )
     .await?
     .iter()
-    .map(|r| {
-        let ids = D::DB::get_string(r, "dead_letter_ids").map_err(db)?;
-        Ok(AuditEntry {
-            id: D::DB::get_i64(r, "id").map_err(db)?,
-            action: D::DB::get_string(r, "action").map_err(db)?,
-            actor: D::DB::get_string(r, "actor").map_err(db)?,
-            reason: D::DB::get_string(r, "reason").map_err(db)?,
-            at: from_ms(D::DB::get_i64(r, "at").map_err(db)?),
-            dead_letter_ids: serde_json::from_str(&ids)
-                .map_err(|e| StoreError::Corrupt(format!("audit dead_letter_ids: {e}")))?,
-            count: D::DB::get_i64(r, "count").map_err(db)?.max(0) as u64,
-        })
-    })
+    .map(audit_from_row::<D>)
     .collect()
+}
+
+pub(crate) fn audit_from_row<D: Dialect>(
+    r: &<D::DB as Database>::Row,
+) -> Result<AuditEntry, StoreError> {
+    let ids = D::DB::get_string(r, "dead_letter_ids").map_err(db)?;
+    Ok(AuditEntry {
+        id: D::DB::get_i64(r, "id").map_err(db)?,
+        action: D::DB::get_string(r, "action").map_err(db)?,
+        actor: D::DB::get_string(r, "actor").map_err(db)?,
+        reason: D::DB::get_string(r, "reason").map_err(db)?,
+        at: from_ms(D::DB::get_i64(r, "at").map_err(db)?),
+        dead_letter_ids: serde_json::from_str(&ids)
+            .map_err(|e| StoreError::Corrupt(format!("audit dead_letter_ids: {e}")))?,
+        count: D::DB::get_i64(r, "count").map_err(db)?.max(0) as u64,
+        selection: D::DB::get_opt_string(r, "selection").map_err(db)?,
+        finished_at: D::DB::get_opt_i64(r, "finished_at")
+            .map_err(db)?
+            .map(from_ms),
+    })
 }
 
 pub(crate) async fn pending_envelopes<D: Dialect>(

@@ -5,6 +5,7 @@ use sqlx::Pool;
 
 use super::exec::{Arg, SqlExec};
 use super::{db, execute, rows, Dialect};
+use crate::store::backend::PurgeStep;
 use crate::store::types::{HandlerStats, OutboxStats};
 use crate::store::StoreError;
 
@@ -17,6 +18,7 @@ pub(crate) async fn has_outbox<D: Dialect>(pool: &Pool<D::DB>) -> Result<bool, S
         Err(StoreError::Database(sqlx::Error::Database(e)))
             if e.message().contains("no such table") || e.code().as_deref() == Some("42P01") =>
         {
+            D::why_no_outbox(pool).await.map_err(db)?;
             Ok(false)
         }
         Err(e) => Err(e),
@@ -27,7 +29,7 @@ pub(crate) async fn purge_completed<D: Dialect>(
     pool: &Pool<D::DB>,
     cutoff: i64,
     batch: u32,
-) -> Result<u64, StoreError> {
+) -> Result<PurgeStep, StoreError> {
     const DELIVERIES: &str = "DELETE FROM event_deliveries WHERE (handler, event_id) IN (
             SELECT handler, event_id FROM event_deliveries
             WHERE status = 'completed' AND completed_at < $1 LIMIT $2)";
@@ -39,13 +41,20 @@ pub(crate) async fn purge_completed<D: Dialect>(
             LIMIT $2)";
     let mut tx = D::begin(pool).await.map_err(db)?;
     if !D::lock_purger(&mut tx).await.map_err(db)? {
-        return Ok(0);
+        return Ok(PurgeStep {
+            busy: true,
+            ..PurgeStep::default()
+        });
     }
     let args = [Arg::I64(cutoff), Arg::I64(i64::from(batch))];
-    let n = execute::<D>(&mut tx, DELIVERIES, &args).await?;
-    execute::<D>(&mut tx, OUTBOX, &args).await?;
+    let deliveries = execute::<D>(&mut tx, DELIVERIES, &args).await?;
+    let events = execute::<D>(&mut tx, OUTBOX, &args).await?;
     tx.commit().await.map_err(db)?;
-    Ok(n)
+    Ok(PurgeStep {
+        deliveries,
+        events,
+        busy: false,
+    })
 }
 
 pub(crate) async fn stats<D: Dialect>(

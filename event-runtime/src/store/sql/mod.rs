@@ -10,6 +10,7 @@ pub(crate) mod delivery;
 pub(crate) mod exec;
 pub(crate) mod maintenance;
 pub(crate) mod operator;
+pub(crate) mod resolution;
 
 use std::any::{Any, TypeId};
 use std::collections::HashSet;
@@ -24,8 +25,8 @@ use uuid::Uuid;
 
 use self::exec::{Arg, SqlExec};
 use super::backend::{
-    Backend, BackendTransaction, ClaimRequest, ClaimedDelivery, NewEvent, Pause, SettleResult,
-    Settlement,
+    Backend, BackendTransaction, ClaimRequest, ClaimedDelivery, NewEvent, Pause, PurgeStep,
+    ResolutionSelection, SettleResult, Settlement,
 };
 use super::tx::SqlValue;
 use super::types::{
@@ -113,6 +114,16 @@ pub(crate) trait Dialect: Send + Sync + Sized + fmt::Debug + 'static {
         limit: Option<Duration>,
     ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
 
+    /// The outbox tables were not found: the database error that explains it when it is not
+    /// their absence (PostgreSQL silently skips a schema of the `search_path` that the user
+    /// may not use, so a missing privilege looks like missing tables), else `Ok`.
+    fn why_no_outbox(
+        pool: &Pool<Self::DB>,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send {
+        let _ = pool;
+        async { Ok(()) }
+    }
+
     /// Takes the purger's lock for the transaction on `conn`; false when another holds it.
     fn lock_purger(conn: &mut Conn<Self>)
         -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
@@ -190,7 +201,7 @@ pub(crate) async fn begin_relaxed<D: Dialect>(
 }
 
 /// Promotes run heads again after a COMMIT (see [`Dialect::PROMOTE_AFTER_COMMIT`]).
-async fn promote_after_commit<D: Dialect>(
+pub(crate) async fn promote_after_commit<D: Dialect>(
     pool: &Pool<D::DB>,
     streams: &[append::StreamKey],
 ) -> Result<(), StoreError> {
@@ -323,7 +334,7 @@ impl<D: Dialect> Backend for SqlStore<D> {
         delivery::paused::<D>(&self.pool, now).await
     }
 
-    async fn purge_completed(&self, cutoff: i64, batch: u32) -> Result<u64, StoreError> {
+    async fn purge_completed(&self, cutoff: i64, batch: u32) -> Result<PurgeStep, StoreError> {
         maintenance::purge_completed::<D>(&self.pool, cutoff, batch).await
     }
 
@@ -360,6 +371,39 @@ impl<D: Dialect> Backend for SqlStore<D> {
 
     async fn audit_log(&self, limit: u32) -> Result<Vec<AuditEntry>, StoreError> {
         dead_letters::audit_log::<D>(&self.pool, limit).await
+    }
+
+    async fn start_resolution(
+        &self,
+        filter: &DeadLetterFilter,
+        action: Resolution,
+        actor: &str,
+        reason: &str,
+        now: i64,
+    ) -> Result<(AuditEntry, ResolutionSelection), StoreError> {
+        resolution::start::<D>(&self.pool, filter, action, actor, reason, now).await
+    }
+
+    async fn resolve_page(
+        &self,
+        audit_id: i64,
+        action: Resolution,
+        selection: &ResolutionSelection,
+        page: u32,
+        now: i64,
+    ) -> Result<(u64, u64), StoreError> {
+        resolution::page::<D>(&self.pool, audit_id, action, selection, page, now).await
+    }
+
+    async fn finish_resolution(&self, audit_id: i64, now: i64) -> Result<AuditEntry, StoreError> {
+        resolution::finish::<D>(&self.pool, audit_id, now).await
+    }
+
+    async fn resolution(
+        &self,
+        audit_id: i64,
+    ) -> Result<Option<(AuditEntry, Resolution, ResolutionSelection)>, StoreError> {
+        resolution::load::<D>(&self.pool, audit_id).await
     }
 
     async fn count_dead_letters(&self, filter: &DeadLetterFilter) -> Result<u64, StoreError> {
