@@ -498,3 +498,44 @@ fn public_runtime_types_are_send_and_sync() {
         is_error::<DecodeError>();
     };
 }
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, DomainEvent)]
+#[event(name = "order.shipped", version = 1)]
+struct OrderShipped {
+    #[event(aggregate_id)]
+    order_id: String,
+}
+
+/// Waits forever on its first call; returns at once afterwards.
+#[event_handler(name = "stalls_once")]
+async fn stalls_once(_: &OrderShipped, calls: &Calls) {
+    let first = calls.0.lock().unwrap().is_empty();
+    calls.push("stalls_once");
+    if first {
+        std::future::pending::<()>().await;
+    }
+}
+
+#[tokio::test]
+async fn a_dispatch_dropped_while_its_handler_awaits_does_not_count_as_a_run() {
+    let d = Dispatcher::builder_empty()
+        .handler::<stalls_once>()
+        .resource(Calls::default())
+        .build()
+        .unwrap();
+    let e = Envelope::new(OrderShipped {
+        order_id: "o-1".into(),
+    });
+    let dropped = tokio::time::timeout(std::time::Duration::from_millis(50), d.dispatch(&e)).await;
+    assert!(dropped.is_err(), "the first call stalls");
+    // The redelivery runs the handler: the dropped call's reservation was released.
+    let again = d.dispatch(&e).await;
+    assert_eq!((again.ran(), again.duplicates()), (1, 0));
+    // And once it ran, the guard remembers it.
+    let third = d.dispatch(&e).await;
+    assert_eq!((third.ran(), third.duplicates()), (0, 1));
+    assert_eq!(
+        d.resource::<Calls>().unwrap().take(),
+        ["stalls_once", "stalls_once"]
+    );
+}

@@ -331,6 +331,11 @@ pub(crate) struct Io<'w> {
 ///
 /// On a terminal, bulk replays and purges ask for confirmation and long ones show a progress
 /// bar, and tables have borders.
+///
+/// # Cancel safety
+/// As the command it runs: reads are cancel safe; a replay or purge dropped part-way keeps
+/// the pages it finished, audited, and `dlq resume` finishes it; a pause or resume either
+/// happened with its audit row or did not.
 pub async fn run<I, T>(args: I, app: App<'_>) -> ExitCode
 where
     I: IntoIterator<Item = T>,
@@ -355,6 +360,9 @@ where
 
 /// As [`run`], writing to `out` and `err` instead: never prompts (bulk operations need
 /// `--yes`), draws no progress bar, and prints plain tables.
+///
+/// # Cancel safety
+/// As [`run`].
 pub async fn run_with_output<I, T>(
     args: I,
     app: App<'_>,
@@ -436,6 +444,9 @@ where
 /// # Errors
 /// Every failure of the command, as a [`CliError`]; nothing has been printed about it (print
 /// it with its causes, as `event_core::ErrorChain` does).
+///
+/// # Cancel safety
+/// As [`run`].
 pub async fn execute(
     cli: Cli,
     app: App<'_>,

