@@ -46,13 +46,13 @@ pub(super) fn integer_range(parts: &[&Map<String, Value>]) -> IntRange {
             raise(&mut lo, v.ceil() as i128);
         }
         if let Some(v) = part.get("exclusiveMinimum").and_then(Value::as_f64) {
-            raise(&mut lo, v.floor() as i128 + 1);
+            raise(&mut lo, (v.floor() as i128).saturating_add(1));
         }
         if let Some(v) = part.get("maximum").and_then(Value::as_f64) {
             lower(&mut hi, v.floor() as i128);
         }
         if let Some(v) = part.get("exclusiveMaximum").and_then(Value::as_f64) {
-            lower(&mut hi, v.ceil() as i128 - 1);
+            lower(&mut hi, (v.ceil() as i128).saturating_sub(1));
         }
     }
     (lo, hi)
