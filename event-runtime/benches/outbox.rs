@@ -279,7 +279,9 @@ fn group(c: &mut Criterion, rt: &Runtime, name: &str, store: Store, raw_store: S
             16,
             false,
         ),
-        ("deliver_io_10ms", 80, 25, Handler::Io, 256, 64, false),
+        // Runs are delivered one delivery at a time, so a claim large enough to take each
+        // aggregate's run whole (20 each) lets 64 of them go at once.
+        ("deliver_io_10ms", 100, 20, Handler::Io, 2000, 64, false),
     ];
     for (bench, aggregates, per, handler, batch, concurrency, raw) in cases {
         let engine = outbox(store.clone(), handler, batch, concurrency);

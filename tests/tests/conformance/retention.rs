@@ -69,10 +69,10 @@ pub async fn retention_purges_old_rows_in_bounded_steps_and_nothing_else(db: &Db
         .unwrap();
     let pending = commit(&outbox, "pending", 1, vec![Act::Ok]).await;
     outbox.drain(DRAIN).await.unwrap();
-    // Old and leased: a worker is running its handler, which waits for the gate.
-    let workers = outbox.spawn_workers(1);
+    // Old and (once the clock has moved) leased: a worker runs its handler, which waits for
+    // the gate. (Claimed before the clock moved, its lease would look expired for a moment
+    // and be claimed again.)
     let leased = commit(&outbox, "leased", 1, vec![Act::Gate]).await;
-    calls.started().await;
 
     let deliveries_before = count(&store, "SELECT COUNT(*) FROM event_deliveries").await;
     let waiting = "SELECT COUNT(*) FROM event_deliveries WHERE status IN ('pending', 'dead') AND aggregate_id <> 'fresh'";
@@ -91,6 +91,14 @@ pub async fn retention_purges_old_rows_in_bounded_steps_and_nothing_else(db: &Db
 
     // Two hours later, while new events flow.
     clock.0.store(2 * HOUR_MS, Ordering::SeqCst);
+    let workers = outbox.spawn_workers(1);
+    for _ in 0..2000 {
+        if calls.of(leased[0]) >= 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(calls.of(leased[0]), 1, "{label}: the gated handler runs");
     let fresh = commit(&outbox, "fresh", 1, vec![Act::Ok; 20]).await;
     let (a, b) = tokio::join!(outbox.purge_expired(), outbox.purge_expired());
     let (a, b) = (a.unwrap(), b.unwrap());
