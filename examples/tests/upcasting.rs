@@ -139,7 +139,7 @@ fn old_customer_orders<'a>(_: &'a mut HandlerContext<'_>) -> HandlerFuture<'a> {
 
 static OLD_DIRECTORY: HandlerDescriptor = HandlerDescriptor {
     name: "orders.directory",
-    event: EventDescriptor::of::<OrderPlaced>,
+    events: &[EventDescriptor::of::<OrderPlaced>],
     priority: 0,
     mode: DeliveryMode::InTransaction,
     ordered: true,
@@ -153,7 +153,7 @@ static OLD_DIRECTORY: HandlerDescriptor = HandlerDescriptor {
 
 static OLD_CUSTOMER_ORDERS: HandlerDescriptor = HandlerDescriptor {
     name: "orders.customer_orders",
-    event: EventDescriptor::of::<OrderPlaced>,
+    events: &[EventDescriptor::of::<OrderPlaced>],
     priority: 10,
     mode: DeliveryMode::AfterCommit,
     ordered: true,
@@ -177,7 +177,7 @@ fn old_outbox(store: Store) -> Outbox {
         .handler_descriptor(&OLD_CUSTOMER_ORDERS);
     // The handlers of the events that did not change are the same code.
     for h in current.handlers() {
-        if (h.event)().name != "order.placed" {
+        if h.events.iter().all(|e| e().name != "order.placed") {
             registry = registry.handler_descriptor(h);
         }
     }

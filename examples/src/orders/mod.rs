@@ -923,10 +923,13 @@ fn report(
         .handlers()
         .iter()
         .map(|h| {
-            let event = (h.event)().name;
             let d = m.deliveries.get(h.name).copied().unwrap_or_default();
             let ran = match h.mode {
-                DeliveryMode::InTransaction => m.events_by_name.get(event).copied().unwrap_or(0),
+                DeliveryMode::InTransaction => h
+                    .events
+                    .iter()
+                    .map(|e| m.events_by_name.get(e().name).copied().unwrap_or(0))
+                    .sum(),
                 _ => d.completed,
             };
             HandlerTally {
