@@ -172,8 +172,11 @@ mod dispatch;
 mod outbox;
 pub mod schema;
 pub mod store;
-#[cfg(feature = "fault-injection")]
-#[cfg_attr(docsrs, doc(cfg(feature = "fault-injection")))]
+#[cfg(any(feature = "testing", feature = "fault-injection"))]
+#[cfg_attr(
+    docsrs,
+    doc(cfg(any(feature = "testing", feature = "fault-injection")))
+)]
 pub mod testing;
 pub mod transport;
 

@@ -230,7 +230,11 @@ impl RegistryBuilder {
         let mut queue: Vec<EventDescriptor> = self
             .events
             .into_iter()
-            .chain(self.handlers.iter().flat_map(|h| h.events.iter().map(|e| e())))
+            .chain(
+                self.handlers
+                    .iter()
+                    .flat_map(|h| h.events.iter().map(|e| e())),
+            )
             .collect();
         queue.reverse();
         while let Some(e) = queue.pop() {

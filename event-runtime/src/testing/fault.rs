@@ -1,5 +1,5 @@
-//! Test support (feature `fault-injection`): where the crash-safety suite can stop the runtime
-//! and what the stop does. Never enable it in production builds.
+//! Fault injection (feature `fault-injection`): where the crash-safety suite can stop the
+//! runtime and what the stop does. Never enable it in production builds.
 
 /// Where the crash-safety suite can stop the runtime.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
