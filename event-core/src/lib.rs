@@ -162,10 +162,10 @@ pub mod __private {
     impl<T: ?Sized> NoSchema for &SchemaProbe<T> {}
 
     pub use crate::{
-        DeliveryMode, DomainEvent, Envelope, EventArg, EventDescriptor, EventRef, EventRegistration,
-        EventUnion, Handler, HandlerCall, HandlerContext, HandlerDescriptor, HandlerError,
-        HandlerEvent, HandlerFuture, HandlerRegistration, IntoHandlerResult, Resource,
-        ResourceDescriptor, Upcaster,
+        DeliveryMode, DomainEvent, Envelope, EventArg, EventDescriptor, EventRef,
+        EventRegistration, EventUnion, Handler, HandlerCall, HandlerContext, HandlerDescriptor,
+        HandlerError, HandlerEvent, HandlerFuture, HandlerRegistration, IntoHandlerResult,
+        Resource, ResourceDescriptor, Upcaster,
     };
     pub use core::fmt::Display;
 

@@ -42,11 +42,7 @@ pub(crate) fn derive_event_union(input: &DeriveInput) -> syn::Result<TokenStream
                     Fields::Unnamed(f) => {
                         cx.error_spanned_by(
                             f,
-                            format_args!(
-                                "{SHAPE}; `{}` holds {} fields",
-                                v.ident,
-                                f.unnamed.len()
-                            ),
+                            format_args!("{SHAPE}; `{}` holds {} fields", v.ident, f.unnamed.len()),
                         );
                         continue;
                     }
@@ -85,7 +81,10 @@ pub(crate) fn derive_event_union(input: &DeriveInput) -> syn::Result<TokenStream
                     continue;
                 }
                 seen.insert(text, &v.ident);
-                variants.push(Variant { ident: &v.ident, ty });
+                variants.push(Variant {
+                    ident: &v.ident,
+                    ty,
+                });
             }
         }
         Data::Struct(data) => cx.error_spanned_by(
@@ -130,7 +129,10 @@ fn union_attrs(cx: &Ctxt, input: &DeriveInput) -> Option<Path> {
         let result = attr.parse_nested_meta(|meta| {
             if meta.path.is_ident("crate") {
                 if crate_path.is_some() {
-                    cx.error_spanned_by(&meta.path, "duplicate `crate` key: it is already set above");
+                    cx.error_spanned_by(
+                        &meta.path,
+                        "duplicate `crate` key: it is already set above",
+                    );
                 }
                 crate_path = crate_path_value(cx, &meta)?;
             } else {
