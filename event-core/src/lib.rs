@@ -35,8 +35,45 @@
 //! | event | [`DomainEvent`], [`derive@DomainEvent`] |
 //! | envelope | [`Envelope`], [`RawEnvelope`] (CloudEvents 1.0 JSON), [`Metadata`] |
 //! | handler | [`macro@event_handler`], [`HandlerDescriptor`], [`HandlerError`] |
+//! | event union (one handler for an aggregate's whole stream) | [`derive@EventUnion`], [`EventUnion`] |
 //! | aggregate | [`EventRecorder`] |
 //! | upcaster, schema version | [`Upcaster`], `#[event(version = 2, upcast_from = OrderPlacedV1)]` |
+//!
+//! # Event unions
+//!
+//! An enum whose variants each hold one event, with `#[derive(EventUnion)]`, is what a handler
+//! takes to see every event of an aggregate in sequence order (one handler, so one delivery
+//! order per aggregate across all the variants):
+//!
+//! ```
+//! use event_core::{event_handler, DomainEvent, EventUnion};
+//! use serde::{Deserialize, Serialize};
+//!
+//! #[derive(Clone, Serialize, Deserialize, DomainEvent)]
+//! #[event(name = "order.placed")]
+//! pub struct OrderPlaced { #[event(aggregate_id)] pub order_id: String }
+//!
+//! #[derive(Clone, Serialize, Deserialize, DomainEvent)]
+//! #[event(name = "order.shipped")]
+//! pub struct OrderShipped { #[event(aggregate_id)] pub order_id: String }
+//!
+//! #[derive(EventUnion)]
+//! pub enum OrderEvent {
+//!     Placed(OrderPlaced),
+//!     Shipped(OrderShipped),
+//! }
+//!
+//! #[event_handler]
+//! fn order_summary(event: &OrderEvent) {
+//!     match event {
+//!         OrderEvent::Placed(e) => println!("placed {}", e.order_id),
+//!         OrderEvent::Shipped(e) => println!("shipped {}", e.order_id),
+//!     }
+//! }
+//!
+//! let shipped = OrderEvent::Shipped(OrderShipped { order_id: "A-1".into() });
+//! assert_eq!(shipped.event_name(), "order.shipped");
+//! ```
 //!
 //! # Versions and upcasting
 //!

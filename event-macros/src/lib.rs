@@ -300,7 +300,8 @@ pub fn derive_event_union(input: TokenStream) -> TokenStream {
 ///
 /// 1. The event: `&E` where `E: DomainEvent`, or `&Envelope<E>` for the metadata (id,
 ///    sequence, correlation). Detection is trait-based (`EventArg`), so a type alias of
-///    `Envelope<E>` works too.
+///    `Envelope<E>` works too. `E` may be an event union (`#[derive(EventUnion)]`): the
+///    handler then receives every variant, in sequence order per aggregate.
 /// 2. Any number of resources, `&T` with `T: Send + Sync + 'static`, looked up by type from
 ///    what the runtime was given.
 /// 3. At most one `&mut T` anywhere after the event: the open transaction or connection the

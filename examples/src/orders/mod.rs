@@ -325,7 +325,7 @@ impl Summary {
 pub struct HandlerTally {
     /// The handler name (its idempotency key).
     pub name: &'static str,
-    /// The event it handles.
+    /// The event it handles (a union handler's first).
     pub event: &'static str,
     /// In transaction or after commit.
     pub mode: DeliveryMode,
@@ -934,7 +934,7 @@ fn report(
             };
             HandlerTally {
                 name: h.name,
-                event,
+                event: h.events.first().map_or("", |e| e().name),
                 mode: h.mode,
                 ordered: h.ordered,
                 priority: h.priority,
