@@ -256,3 +256,35 @@ async fn retried_three_times_then_dead_lettered_in_milliseconds() {
         started.elapsed()
     );
 }
+
+#[tokio::test]
+async fn deliveries_of_handlers_replaced_by_a_union_are_reported() {
+    // The release before: `projection` had deliveries pending when it was replaced.
+    let before = TestOutbox::with(Dispatcher::builder_empty().handler::<projection>(), |b| {
+        b.resource(Seen::default())
+    })
+    .await
+    .unwrap();
+    before
+        .commit([placed("o-1", 1), placed("o-2", 1)])
+        .await
+        .unwrap();
+    let after = event_runtime::Outbox::builder(before.store().clone())
+        .dispatcher(Dispatcher::builder_empty().handler::<summary>())
+        .resource(Seen::default())
+        .build()
+        .unwrap();
+    let left = after.unregistered_destinations().await.unwrap();
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert_eq!(
+        (left[0].handler.as_str(), left[0].pending),
+        ("projection", 2)
+    );
+    // Its own handlers are not listed, and the outbox that has the handler lists nothing.
+    assert!(before
+        .outbox()
+        .unregistered_destinations()
+        .await
+        .unwrap()
+        .is_empty());
+}

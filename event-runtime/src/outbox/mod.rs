@@ -32,6 +32,7 @@ mod lease;
 pub(crate) mod retry;
 mod settle;
 pub(crate) mod text;
+mod unregistered;
 mod workers;
 
 use std::any::TypeId;
