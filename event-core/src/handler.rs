@@ -69,8 +69,10 @@ pub struct HandlerDescriptor {
     /// Stable identity, the first half of the idempotency key: `name = "…"`, or the module
     /// path and function name (`my_crate::billing::on_order_placed`).
     pub name: &'static str,
-    /// The descriptor of the event type the handler takes.
-    pub event: fn() -> EventDescriptor,
+    /// The descriptors of the event types the handler takes: one for a handler of `&E`, one
+    /// per variant, in declaration order, for a handler of an event union
+    /// ([`derive@crate::EventUnion`]).
+    pub events: &'static [fn() -> EventDescriptor],
     /// Lower runs first; ties are broken by `name`.
     pub priority: i32,
     /// Delivery mode.
@@ -94,10 +96,17 @@ pub struct HandlerDescriptor {
 
 impl fmt::Debug for HandlerDescriptor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let event = (self.event)();
+        let events: Vec<String> = self
+            .events
+            .iter()
+            .map(|e| {
+                let e = e();
+                format!("{} v{}", e.name, e.version)
+            })
+            .collect();
         f.debug_struct("HandlerDescriptor")
             .field("name", &self.name)
-            .field("event", &format_args!("{} v{}", event.name, event.version))
+            .field("events", &events)
             .field("priority", &self.priority)
             .field("mode", &self.mode)
             .field("ordered", &self.ordered)
@@ -129,6 +138,11 @@ impl<'a> HandlerContext<'a> {
             resources,
             transaction,
         }
+    }
+
+    /// The envelope as `Envelope<E>`, when it is one: how an event union finds its variant.
+    pub fn try_envelope<E: DomainEvent>(&self) -> Option<&'a Envelope<E>> {
+        self.envelope.downcast_ref::<Envelope<E>>()
     }
 
     /// The envelope as `Envelope<E>`.
@@ -179,34 +193,112 @@ impl<'a> HandlerContext<'a> {
     }
 }
 
-/// The first parameter of a handler: `&E` or `&Envelope<E>` for a domain event `E`.
-#[diagnostic::on_unimplemented(
-    message = "`{Self}` is not a domain event",
-    label = "the event parameter must be `&E` or `&Envelope<E>` where `E: DomainEvent`",
-    note = "add `#[derive(event_core::DomainEvent)]` and `#[event(name = \"context.action\", version = 1)]` to the definition of `{Self}`"
-)]
-pub trait EventArg: 'static {
-    /// The event type.
-    type Event: DomainEvent;
-    /// `true` for `Envelope<E>`.
-    const IS_ENVELOPE: bool;
-    /// Borrows the parameter from the envelope.
-    fn from_envelope(envelope: &Envelope<Self::Event>) -> &Self;
+/// A handler's event parameter, borrowed from the envelope the runtime holds (a domain event)
+/// or built for the call (an event union, whose variant is cloned out of the envelope).
+#[derive(Debug)]
+pub enum EventRef<'a, T> {
+    /// Borrowed from the envelope.
+    Borrowed(&'a T),
+    /// Built for this call.
+    Owned(T),
 }
 
-impl<E: DomainEvent> EventArg for E {
-    type Event = E;
-    const IS_ENVELOPE: bool = false;
-    fn from_envelope(envelope: &Envelope<E>) -> &E {
-        envelope.event()
+impl<T> std::ops::Deref for EventRef<'_, T> {
+    type Target = T;
+    #[inline(always)]
+    fn deref(&self) -> &T {
+        match self {
+            EventRef::Borrowed(t) => t,
+            EventRef::Owned(t) => t,
+        }
     }
 }
 
-impl<E: DomainEvent> EventArg for Envelope<E> {
-    type Event = E;
+/// What a handler's event parameter holds: one [`DomainEvent`] (every domain event is one),
+/// or an event union ([`derive@crate::EventUnion`], which implements it).
+///
+/// Not implemented by hand: the blanket impl covers domain events, the derive covers unions.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a domain event or an event union",
+    label = "`{Self}` implements neither `DomainEvent` nor `EventUnion`",
+    note = "add `#[derive(event_core::DomainEvent)]` and `#[event(name = \"context.action\", version = 1)]` to a struct, or `#[derive(event_core::EventUnion)]` to an enum of domain events"
+)]
+pub trait HandlerEvent: Sized + Send + Sync + 'static {
+    /// The event types: one for a domain event, one per variant for a union.
+    const EVENTS: &'static [fn() -> EventDescriptor];
+    /// The parameter for the envelope in `context`, `None` when it holds none of
+    /// [`EVENTS`](Self::EVENTS).
+    fn event_from<'a>(context: &HandlerContext<'a>) -> Option<EventRef<'a, Self>>;
+    /// The same as an envelope: the metadata with the event (or variant).
+    fn envelope_from<'a>(context: &HandlerContext<'a>) -> Option<EventRef<'a, Envelope<Self>>>;
+}
+
+impl<E: DomainEvent> HandlerEvent for E {
+    const EVENTS: &'static [fn() -> EventDescriptor] = &[EventDescriptor::of::<E>];
+    #[inline(always)]
+    fn event_from<'a>(context: &HandlerContext<'a>) -> Option<EventRef<'a, E>> {
+        context
+            .try_envelope::<E>()
+            .map(|e| EventRef::Borrowed(e.event()))
+    }
+    #[inline(always)]
+    fn envelope_from<'a>(context: &HandlerContext<'a>) -> Option<EventRef<'a, Envelope<E>>> {
+        context.try_envelope::<E>().map(EventRef::Borrowed)
+    }
+}
+
+/// An event union: an enum whose variants each hold one domain event, so that one handler
+/// sees an aggregate's whole stream in sequence order. Implemented by
+/// [`derive@crate::EventUnion`].
+pub trait EventUnion: HandlerEvent {
+    /// The wire name of the variant's event (`order.placed`).
+    fn event_name(&self) -> &'static str;
+}
+
+/// The first parameter of a handler: `&E` or `&Envelope<E>`, where `E` is a domain event or an
+/// event union.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a domain event",
+    label = "the event parameter must be `&E` or `&Envelope<E>` where `E: DomainEvent` or `E: EventUnion`",
+    note = "add `#[derive(event_core::DomainEvent)]` and `#[event(name = \"context.action\", version = 1)]` to the definition of `{Self}`, or `#[derive(event_core::EventUnion)]` to an enum of domain events"
+)]
+pub trait EventArg: Sized + Send + Sync + 'static {
+    /// The event types the parameter takes.
+    const EVENTS: &'static [fn() -> EventDescriptor];
+    /// `true` for `Envelope<E>`.
+    const IS_ENVELOPE: bool;
+    /// The parameter for the envelope in `context`.
+    ///
+    /// # Errors
+    /// A permanent [`HandlerError`] when the envelope is of another type (a runtime bug: the
+    /// registry routes by type id).
+    fn from_context<'a>(context: &HandlerContext<'a>) -> Result<EventRef<'a, Self>, HandlerError>;
+}
+
+fn wrong_event<T>() -> HandlerError {
+    HandlerError::permanent_msg(format_args!(
+        "handler context holds another event type than `{}`",
+        std::any::type_name::<T>()
+    ))
+}
+
+impl<E: HandlerEvent> EventArg for E {
+    const EVENTS: &'static [fn() -> EventDescriptor] = E::EVENTS;
+    const IS_ENVELOPE: bool = false;
+    #[inline(always)]
+    fn from_context<'a>(context: &HandlerContext<'a>) -> Result<EventRef<'a, E>, HandlerError> {
+        E::event_from(context).ok_or_else(wrong_event::<E>)
+    }
+}
+
+impl<E: HandlerEvent> EventArg for Envelope<E> {
+    const EVENTS: &'static [fn() -> EventDescriptor] = E::EVENTS;
     const IS_ENVELOPE: bool = true;
-    fn from_envelope(envelope: &Envelope<E>) -> &Envelope<E> {
-        envelope
+    #[inline(always)]
+    fn from_context<'a>(
+        context: &HandlerContext<'a>,
+    ) -> Result<EventRef<'a, Envelope<E>>, HandlerError> {
+        E::envelope_from(context).ok_or_else(wrong_event::<E>)
     }
 }
 

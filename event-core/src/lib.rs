@@ -35,8 +35,45 @@
 //! | event | [`DomainEvent`], [`derive@DomainEvent`] |
 //! | envelope | [`Envelope`], [`RawEnvelope`] (CloudEvents 1.0 JSON), [`Metadata`] |
 //! | handler | [`macro@event_handler`], [`HandlerDescriptor`], [`HandlerError`] |
+//! | event union (one handler for an aggregate's whole stream) | [`derive@EventUnion`], [`EventUnion`] |
 //! | aggregate | [`EventRecorder`] |
 //! | upcaster, schema version | [`Upcaster`], `#[event(version = 2, upcast_from = OrderPlacedV1)]` |
+//!
+//! # Event unions
+//!
+//! An enum whose variants each hold one event, with `#[derive(EventUnion)]`, is what a handler
+//! takes to see every event of an aggregate in sequence order (one handler, so one delivery
+//! order per aggregate across all the variants):
+//!
+//! ```
+//! use event_core::{event_handler, DomainEvent, EventUnion};
+//! use serde::{Deserialize, Serialize};
+//!
+//! #[derive(Clone, Serialize, Deserialize, DomainEvent)]
+//! #[event(name = "order.placed")]
+//! pub struct OrderPlaced { #[event(aggregate_id)] pub order_id: String }
+//!
+//! #[derive(Clone, Serialize, Deserialize, DomainEvent)]
+//! #[event(name = "order.shipped")]
+//! pub struct OrderShipped { #[event(aggregate_id)] pub order_id: String }
+//!
+//! #[derive(EventUnion)]
+//! pub enum OrderEvent {
+//!     Placed(OrderPlaced),
+//!     Shipped(OrderShipped),
+//! }
+//!
+//! #[event_handler]
+//! fn order_summary(event: &OrderEvent) {
+//!     match event {
+//!         OrderEvent::Placed(e) => println!("placed {}", e.order_id),
+//!         OrderEvent::Shipped(e) => println!("shipped {}", e.order_id),
+//!     }
+//! }
+//!
+//! let shipped = OrderEvent::Shipped(OrderShipped { order_id: "A-1".into() });
+//! assert_eq!(shipped.event_name(), "order.shipped");
+//! ```
 //!
 //! # Versions and upcasting
 //!
@@ -76,20 +113,22 @@ mod error;
 mod event;
 mod handler;
 mod recorder;
+mod union;
 mod upcast;
 
 pub use envelope::{AnyEnvelope, Envelope, Headers, Metadata, RawEnvelope, DEFAULT_SOURCE};
 pub use error::{DecodeError, ErrorChain, ErrorKind, HandlerError, HeaderError};
 pub use event::{check_event_name, DomainEvent, EventDescriptor};
 pub use handler::{
-    DeliveryMode, EventArg, Handler, HandlerCall, HandlerContext, HandlerDescriptor, HandlerFuture,
-    IntoHandlerResult, Resource, ResourceDescriptor,
+    DeliveryMode, EventArg, EventRef, EventUnion, Handler, HandlerCall, HandlerContext,
+    HandlerDescriptor, HandlerEvent, HandlerFuture, IntoHandlerResult, Resource,
+    ResourceDescriptor,
 };
 pub use recorder::EventRecorder;
 pub use upcast::Upcaster;
 
 #[doc(inline)]
-pub use event_macros::{event_handler, DomainEvent};
+pub use event_macros::{event_handler, DomainEvent, EventUnion};
 
 /// An event type submitted to `inventory` by `#[derive(DomainEvent)]`.
 #[derive(Debug)]
@@ -160,10 +199,14 @@ pub mod __private {
     impl<T: ?Sized> NoSchema for &SchemaProbe<T> {}
 
     pub use crate::{
-        DeliveryMode, DomainEvent, Envelope, EventArg, EventDescriptor, EventRegistration, Handler,
-        HandlerCall, HandlerContext, HandlerDescriptor, HandlerError, HandlerFuture,
-        HandlerRegistration, IntoHandlerResult, Resource, ResourceDescriptor, Upcaster,
+        DeliveryMode, DomainEvent, Envelope, EventArg, EventDescriptor, EventRef,
+        EventRegistration, EventUnion, Handler, HandlerCall, HandlerContext, HandlerDescriptor,
+        HandlerError, HandlerEvent, HandlerFuture, HandlerRegistration, IntoHandlerResult,
+        Resource, ResourceDescriptor, Upcaster,
     };
+    pub use core::fmt::Display;
+
+    pub use crate::union::{check_union, UnionVariant, UnionVariantClone, Variant};
 
     pub use core::option::Option::{self, None, Some};
     pub use core::result::Result::{Err, Ok};
@@ -225,7 +268,7 @@ pub mod __private {
         crate::Upcaster::of::<F, T>()
     }
 
-    const fn str_eq(a: &str, b: &str) -> bool {
+    pub(crate) const fn str_eq(a: &str, b: &str) -> bool {
         let (a, b) = (a.as_bytes(), b.as_bytes());
         if a.len() != b.len() {
             return false;
@@ -260,33 +303,27 @@ pub mod __private {
     // adapter's fields) repeat nothing that could fail again.
 
     /// The event parameter (`&E` or `&Envelope<E>`) of a handler.
-    pub struct EventParam<A: ?Sized + 'static> {
-        /// Borrows the parameter from the context's envelope.
-        pub get: for<'b> fn(&HandlerContext<'b>) -> Result<&'b A, HandlerError>,
-        /// The descriptor of the event type.
-        pub describe: fn() -> EventDescriptor,
+    pub struct EventParam<A: 'static> {
+        /// The parameter from the context's envelope.
+        pub get: for<'b> fn(&HandlerContext<'b>) -> Result<EventRef<'b, A>, HandlerError>,
+        /// The descriptors of the event types.
+        pub events: &'static [fn() -> EventDescriptor],
         /// `true` for `Envelope<E>`.
         pub takes_envelope: bool,
     }
 
-    impl<A: ?Sized + 'static> EventParam<A> {
+    impl<A: 'static> EventParam<A> {
         /// The adapter; requires `A: EventArg`.
         pub const fn new() -> Self
         where
             A: EventArg,
         {
             EventParam {
-                get: event_arg::<A>,
-                describe: EventDescriptor::of::<A::Event>,
+                get: A::from_context,
+                events: A::EVENTS,
                 takes_envelope: A::IS_ENVELOPE,
             }
         }
-    }
-
-    fn event_arg<'b, A: ?Sized + EventArg>(
-        ctx: &HandlerContext<'b>,
-    ) -> Result<&'b A, HandlerError> {
-        ctx.envelope::<A::Event>().map(A::from_envelope)
     }
 
     /// A `&T` resource parameter of a handler.

@@ -69,7 +69,8 @@ impl<'a> Event<'a> {
                 data.enum_token,
                 format_args!(
                     "{SHAPE}, not enums: declare one struct per event, each with its own \
-                     `#[event(name = \"…\")]`"
+                     `#[event(name = \"…\")]`; for one handler of several events, hold them in \
+                     an enum with `#[derive(EventUnion)]`"
                 ),
             ),
             Data::Union(data) => {

@@ -336,7 +336,7 @@ fn type_path(cx: &Ctxt, meta: &ParseNestedMeta, usage: &str) -> syn::Result<Opti
 }
 
 /// `crate = path::to::event_core`, or the same path in a string as serde writes it.
-fn crate_path_value(cx: &Ctxt, meta: &ParseNestedMeta) -> syn::Result<Option<Path>> {
+pub(crate) fn crate_path_value(cx: &Ctxt, meta: &ParseNestedMeta) -> syn::Result<Option<Path>> {
     let expr: Expr = meta.value()?.parse()?;
     match expr {
         Expr::Path(expr) if expr.qself.is_none() && expr.attrs.is_empty() => Ok(Some(expr.path)),

@@ -14,7 +14,7 @@ use crate::check::{self, EventSpec, HandlerSpec, Role};
 use crate::ctxt::Ctxt;
 
 /// `use <path> as _event_core;`, the one place the facade's path is written.
-fn use_facade(path: Option<&Path>) -> TokenStream {
+pub(crate) fn use_facade(path: Option<&Path>) -> TokenStream {
     match path {
         Some(path) => quote!(use #path as _event_core;),
         None => quote!(
@@ -272,7 +272,7 @@ fn handler_registration(handler: &Handler, spec: &HandlerSpec) -> TokenStream {
             Role::Event(ty) => {
                 adapters.push(adapter("__EVENT", "EventParam", ty));
                 extract.push(quote!(let __event = (__EVENT.get)(__ctx)?;));
-                args.push(quote!(__event));
+                args.push(quote!(&*__event));
                 has_event = true;
             }
             Role::Resource(index, ty) => {
@@ -387,7 +387,7 @@ fn handler_registration(handler: &Handler, spec: &HandlerSpec) -> TokenStream {
             static __DESCRIPTOR: _event_core::__private::HandlerDescriptor =
                 _event_core::__private::HandlerDescriptor {
                     name: #name,
-                    event: __EVENT.describe,
+                    events: __EVENT.events,
                     priority: #priority,
                     mode: _event_core::__private::DeliveryMode::#mode,
                     ordered: #ordered,

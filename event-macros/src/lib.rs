@@ -15,6 +15,7 @@ mod attr;
 mod check;
 mod ctxt;
 mod expand;
+mod union;
 
 /// Implements `DomainEvent` for a struct and registers it with the runtime.
 ///
@@ -194,6 +195,82 @@ pub fn derive_domain_event(input: TokenStream) -> TokenStream {
         .into()
 }
 
+/// Makes an enum whose variants each hold one domain event an event union: a handler of
+/// `&OrderEvent` receives every variant, ordered per aggregate across the union's event types.
+///
+/// ```rust,ignore
+/// use event_core::{event_handler, DomainEvent, EventUnion};
+/// use serde::{Deserialize, Serialize};
+///
+/// #[derive(Clone, Serialize, Deserialize, DomainEvent)]
+/// #[event(name = "order.placed")]
+/// pub struct OrderPlaced { #[event(aggregate_id)] pub order_id: String }
+///
+/// #[derive(Clone, Serialize, Deserialize, DomainEvent)]
+/// #[event(name = "order.shipped")]
+/// pub struct OrderShipped { #[event(aggregate_id)] pub order_id: String }
+///
+/// #[derive(EventUnion)]
+/// pub enum OrderEvent {
+///     Placed(OrderPlaced),
+///     Shipped(OrderShipped),
+/// }
+///
+/// #[event_handler]
+/// fn order_summary(event: &OrderEvent) {
+///     match event {
+///         OrderEvent::Placed(e) => println!("placed {}", e.order_id),
+///         OrderEvent::Shipped(e) => println!("shipped {}", e.order_id),
+///     }
+/// }
+/// ```
+///
+/// The union is not an event: it has no name or version of its own and is never recorded or
+/// stored; its variants are. A handler of the union is one handler (one name, one idempotency
+/// key per event, one destination), routed from each variant's event type through the same
+/// table as any handler. Durable delivery orders its deliveries per aggregate by the
+/// aggregate sequence across all the variants, so `order.shipped` never overtakes
+/// `order.placed`; an event that cannot be delivered (undecodable, dead-lettered) holds back
+/// the later events of that aggregate for that handler. Older versions of a variant's event
+/// are upcast to it, as for any handler.
+///
+/// The handler gets the union built around a clone of the event (the envelope keeps the
+/// original for the other handlers): variants must be `Clone`. `&Envelope<OrderEvent>` gives
+/// the metadata too.
+///
+/// # Keys
+///
+/// `#[event(crate = path)]`, when `event_core` is re-exported under another name; nothing else.
+///
+/// # Errors
+///
+/// Reported at the offending variant: a unit variant, a struct variant, a tuple variant of
+/// several fields, a type held by two variants; a type that is not a domain event, or is not
+/// `Clone`:
+///
+/// ```text
+/// error[E0277]: `OrderShipped` must implement `Clone` to be held by an event union
+///  --> src/events.rs:14:13
+///   |
+/// 14 |     Shipped(OrderShipped),
+///   |             ^^^^^^^^^^^^ a variant of an event union must be `Clone`
+/// ```
+///
+/// Also rejected: structs and unions, an empty enum, generics, any key but `crate`; and, at
+/// the enum's name, when evaluated at compile time, variants of different aggregate types
+/// (a union is the stream of one aggregate) or the same event twice (two versions of it).
+///
+/// # Limitations
+///
+/// Only handlers take a union: record and commit the variants' events themselves.
+#[proc_macro_derive(EventUnion, attributes(event))]
+pub fn derive_event_union(input: TokenStream) -> TokenStream {
+    let input = parse_macro_input!(input as DeriveInput);
+    union::derive_event_union(&input)
+        .unwrap_or_else(syn::Error::into_compile_error)
+        .into()
+}
+
 /// Declares a function as an event handler and registers it with the runtime.
 ///
 /// ```rust,ignore
@@ -223,7 +300,8 @@ pub fn derive_domain_event(input: TokenStream) -> TokenStream {
 ///
 /// 1. The event: `&E` where `E: DomainEvent`, or `&Envelope<E>` for the metadata (id,
 ///    sequence, correlation). Detection is trait-based (`EventArg`), so a type alias of
-///    `Envelope<E>` works too.
+///    `Envelope<E>` works too. `E` may be an event union (`#[derive(EventUnion)]`): the
+///    handler then receives every variant, in sequence order per aggregate.
 /// 2. Any number of resources, `&T` with `T: Send + Sync + 'static`, looked up by type from
 ///    what the runtime was given.
 /// 3. At most one `&mut T` anywhere after the event: the open transaction or connection the

@@ -176,8 +176,11 @@ mod dispatch;
 mod outbox;
 pub mod schema;
 pub mod store;
-#[cfg(feature = "fault-injection")]
-#[cfg_attr(docsrs, doc(cfg(feature = "fault-injection")))]
+#[cfg(any(feature = "testing", feature = "fault-injection"))]
+#[cfg_attr(
+    docsrs,
+    doc(cfg(any(feature = "testing", feature = "fault-injection")))
+)]
 pub mod testing;
 pub mod transport;
 
@@ -203,7 +206,8 @@ pub use tokio_util::sync::CancellationToken;
 /// without a version mismatch.
 pub use sqlx;
 
-// The README's examples are compiled and run as doc tests.
-#[cfg(doctest)]
+// The README's examples are compiled and run as doc tests (with the `testing` feature, which
+// the quick start's harness example needs; `cargo test --workspace` enables it).
+#[cfg(all(doctest, feature = "testing"))]
 #[doc = include_str!("../../README.md")]
 struct ReadmeDoctests;

@@ -247,7 +247,10 @@ async fn events_check_lists_what_the_deployed_code_cannot_decode() {
     )
     .await;
     assert_eq!(code, ExitCode::SUCCESS, "{text}");
-    assert!(text.contains("1 dead letters"), "{text}");
+    assert!(
+        text.contains("0 pending deliveries and 1 open dead letter,"),
+        "{text}"
+    );
 
     // Code where invoice.issued v1 changed incompatibly cannot: check fails and says which.
     let (code, text) = cli(

@@ -36,7 +36,7 @@ pub(super) fn print_catalog(
             handlers: registry
                 .handlers()
                 .iter()
-                .filter(|h| ((h.event)().type_id)() == (e.type_id)())
+                .filter(|h| h.events.iter().any(|d| (d().type_id)() == (e.type_id)()))
                 .map(|h| h.name)
                 .collect(),
             schema: (e.schema)().unwrap_or(serde_json::Value::Null),

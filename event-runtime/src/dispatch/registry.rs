@@ -230,7 +230,11 @@ impl RegistryBuilder {
         let mut queue: Vec<EventDescriptor> = self
             .events
             .into_iter()
-            .chain(self.handlers.iter().map(|h| (h.event)()))
+            .chain(
+                self.handlers
+                    .iter()
+                    .flat_map(|h| h.events.iter().map(|e| e())),
+            )
             .collect();
         queue.reverse();
         while let Some(e) = queue.pop() {
@@ -290,20 +294,25 @@ impl RegistryBuilder {
 
         let mut handlers_of: Vec<Vec<u32>> = vec![Vec::new(); events.len()];
         for (i, h) in handlers.iter().enumerate() {
-            let event = by_type[&((h.event)().type_id)()];
-            let latest = chains.latest[event] as usize;
-            if latest != event {
-                let (e, l) = (&events[event], &events[latest]);
-                return Err(RegistryError::HandlerTakesOldVersion {
-                    handler: h.name,
-                    name: e.name,
-                    version: e.version,
-                    type_name: e.type_name,
-                    latest_version: l.version,
-                    latest_type: l.type_name,
-                });
+            // A union handler is routed from each of its variants' events.
+            for describe in h.events {
+                let event = by_type[&(describe().type_id)()];
+                let latest = chains.latest[event] as usize;
+                if latest != event {
+                    let (e, l) = (&events[event], &events[latest]);
+                    return Err(RegistryError::HandlerTakesOldVersion {
+                        handler: h.name,
+                        name: e.name,
+                        version: e.version,
+                        type_name: e.type_name,
+                        latest_version: l.version,
+                        latest_type: l.type_name,
+                    });
+                }
+                if handlers_of[event].last() != Some(&(i as u32)) {
+                    handlers_of[event].push(i as u32);
+                }
             }
-            handlers_of[event].push(i as u32);
         }
         // An older version has no handlers of its own: it is dispatched to those of the
         // newest version, after upcasting.

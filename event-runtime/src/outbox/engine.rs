@@ -151,7 +151,22 @@ impl Outbox {
             }
             e => dead(DeadLetterReason::Undecodable, chain_of(&e)),
         })?;
-        let wanted = ((self.inner.dispatcher.handler_descriptor(index).event)().type_id)();
+        // The handler's event of that name (one of a union's variants, or its only one).
+        let events = self.inner.dispatcher.handler_descriptor(index).events;
+        let wanted = events
+            .iter()
+            .map(|e| e())
+            .find(|e| e.name == envelope.name())
+            .map(|e| (e.type_id)());
+        let Some(wanted) = wanted else {
+            let error = format!(
+                "handler `{}` does not take `{}` events (its delivery row names an event it \
+                 was not routed)",
+                self.inner.dispatcher.handler_descriptor(index).name,
+                envelope.name()
+            );
+            return Err(dead(DeadLetterReason::Permanent, vec![error]));
+        };
         if envelope.event_type_id() == wanted {
             return Ok(envelope);
         }

@@ -34,6 +34,7 @@ mod retention;
 pub(crate) mod retry;
 mod settle;
 pub(crate) mod text;
+mod unregistered;
 mod workers;
 
 use std::any::TypeId;

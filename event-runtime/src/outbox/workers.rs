@@ -377,6 +377,7 @@ impl Outbox {
         let mut last_purge = Instant::now();
         let mut last_stats = Instant::now() - STATS_EVERY;
         let mut last_repair = Instant::now() - REPAIR_EVERY;
+        self.report_unregistered().await;
         while !cancel.is_cancelled() {
             let now = inner.clock.now_ms();
             if last_repair.elapsed() >= REPAIR_EVERY {

@@ -21,7 +21,7 @@
 //! (`orders events catalog`) holds the JSON Schema of each (name, version).
 
 use chrono::NaiveDate;
-use event_core::{AnyEnvelope, DomainEvent, EventRecorder};
+use event_core::{AnyEnvelope, DomainEvent, EventRecorder, EventUnion};
 use rust_decimal::Decimal;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -134,6 +134,18 @@ pub struct OrderShipped {
     pub ship_date: NaiveDate,
     /// How it was shipped (`Standard Class`, `Second Class`, `First Class`, `Same Day`).
     pub ship_mode: String,
+}
+
+/// Every event of an order, for a handler that sees an order's whole stream in sequence
+/// order (`orders.order_summary`): an event union, not an event of its own.
+#[derive(Debug, EventUnion)]
+pub enum OrderEvent {
+    /// `order.placed` (version 2; version-1 envelopes are upcast to it).
+    Placed(OrderPlacedV2),
+    /// `order.line_added`.
+    LineAdded(LineAdded),
+    /// `order.shipped`.
+    Shipped(OrderShipped),
 }
 
 /// A command the `Order` aggregate refused. The events of a refused command are never

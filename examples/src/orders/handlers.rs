@@ -9,8 +9,7 @@
 //! |---|---|---|---|
 //! | `orders.directory` | `order.placed` | in transaction | `orders_directory` |
 //! | `orders.revenue_by_region` | `order.line_added` | in transaction | `orders_revenue_by_region` |
-//! | `orders.customer_orders` | `order.placed` | after commit | `orders_customers`, `orders_order_sales` (currency) |
-//! | `orders.customer_sales` | `order.line_added` | after commit | `orders_customers`, `orders_order_sales` (lines, sales) |
+//! | `orders.order_summary` | [`OrderEvent`]: `order.placed`, `order.line_added`, `order.shipped` | after commit | `orders_customers`, `orders_order_sales` (currency, lines, sales) |
 //! | `orders.erp_export` | `order.line_added` | after commit, unordered | `orders_erp_export` |
 //! | `orders.shipping_lead_time` | `order.shipped` | after commit | `orders_lead_times` |
 //! | `orders.send_confirmation` | `order.shipped` | after commit, `async` | `orders_notifications` |
@@ -18,7 +17,7 @@
 //! The `order.placed` handlers take version 2 ([`OrderPlacedV2`]): the registry refuses a
 //! handler of an older version at start-up, and the runtime upcasts the version-1 envelopes
 //! that earlier releases wrote before it calls them (their deliveries included), so that
-//! `orders.customer_orders` records a currency for every order, whichever version placed it.
+//! `orders.order_summary` records a currency for every order, whichever version placed it.
 //!
 //! Handler names are pinned with `name = "…"`: they are the first half of the idempotency
 //! key (handler, event id) of every delivery row, and moving a function to another module
@@ -29,10 +28,10 @@
 //! write back and retry, and the totals show whether it did. In-transaction handlers are
 //! left alone: they have no retry (their failure aborts the command).
 //!
-//! The handlers of one aggregate's events run in sequence order per handler, but different
-//! handlers run independently: `orders.customer_sales` may see an order's lines before
-//! `orders.customer_orders` has counted the order. Their upserts commute, so the totals do
-//! not depend on it.
+//! The handlers of one aggregate's events run in sequence order per handler, and different
+//! handlers run independently. `orders.order_summary` takes the event union [`OrderEvent`],
+//! so it sees each order's placement, lines and shipment in that order (before the union,
+//! two handlers kept the summary and a line could reach it before its order).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
@@ -41,11 +40,11 @@ use event_core::{event_handler, Envelope, HandlerError};
 use event_runtime::{SqlValue, Tx};
 use rust_decimal::Decimal;
 
-use super::domain::{LineAdded, OrderPlacedV2, OrderShipped};
+use super::domain::{LineAdded, OrderEvent, OrderPlacedV2, OrderShipped};
 use super::sql::{day_number, to_units};
 
 /// How many handlers this module registers (checked at start-up with `expect_handlers`).
-pub const HANDLER_COUNT: usize = 7;
+pub const HANDLER_COUNT: usize = 6;
 
 /// The handler whose dead letters are expected: the legacy ERP refuses non-ASCII product
 /// names. A dead letter of any other handler means a projection misses an event.
@@ -164,63 +163,67 @@ async fn revenue_by_region(event: &LineAdded, tx: &mut Tx) -> Result<(), Handler
     found(rows, &event.order_id)
 }
 
-/// Counts orders per customer, and records each order's currency (for revenue by currency).
-#[event_handler(name = "orders.customer_orders", priority = 10)]
-async fn customer_orders(
-    event: &OrderPlacedV2,
-    tx: &mut Tx,
-    flaky: &Flaky,
-) -> Result<(), HandlerError> {
-    tx.execute(
-        "INSERT INTO orders_customers (customer_id, segment, orders, lines, sales)
-        VALUES ($1, $2, 1, 0, 0)
-        ON CONFLICT (customer_id) DO UPDATE SET orders = orders_customers.orders + 1",
-        &[
-            SqlValue::Text(&event.customer_id),
-            SqlValue::Text(&event.segment),
-        ],
-    )
-    .await?;
-    // `orders.customer_sales` may have added the order's lines already: the two upserts
-    // commute.
-    tx.execute(
-        "INSERT INTO orders_order_sales (order_id, currency, lines, sales) VALUES ($1, $2, 0, 0)
-        ON CONFLICT (order_id) DO UPDATE SET currency = excluded.currency",
-        &[
-            SqlValue::Text(&event.order_id),
-            SqlValue::Text(&event.currency),
-        ],
-    )
-    .await?;
-    flaky.attempt("orders.customer_orders")
-}
-
-/// Adds each line's sales to its order's customer, and to the order (for revenue by
-/// currency).
-#[event_handler(name = "orders.customer_sales", priority = 10)]
-async fn customer_sales(event: &LineAdded, tx: &mut Tx, flaky: &Flaky) -> Result<(), HandlerError> {
-    let sales = units(event.sales, "sales")?;
-    let rows = tx
-        .execute(
-            "INSERT INTO orders_customers (customer_id, segment, orders, lines, sales)
-            SELECT customer_id, segment, 0, 1, $2 FROM orders_directory WHERE order_id = $1
-            ON CONFLICT (customer_id) DO UPDATE SET
-                lines = orders_customers.lines + 1,
-                sales = orders_customers.sales + excluded.sales",
-            &[SqlValue::Text(&event.order_id), SqlValue::Int(sales)],
-        )
-        .await?;
-    found(rows, &event.order_id)?;
-    // The currency comes with `orders.customer_orders`, whichever of the two runs first.
-    tx.execute(
-        "INSERT INTO orders_order_sales (order_id, currency, lines, sales) VALUES ($1, NULL, 1, $2)
-        ON CONFLICT (order_id) DO UPDATE SET
-            lines = orders_order_sales.lines + 1,
-            sales = orders_order_sales.sales + excluded.sales",
-        &[SqlValue::Text(&event.order_id), SqlValue::Int(sales)],
-    )
-    .await?;
-    flaky.attempt("orders.customer_sales")
+/// The order summary, one projection over each order's whole stream: on `order.placed` it
+/// counts the order for its customer and records the order's currency (for revenue by
+/// currency); on `order.line_added` it adds the line's sales to the customer and the order;
+/// `order.shipped` changes nothing it keeps.
+///
+/// One handler of the [`OrderEvent`] union rather than one per event: its deliveries are
+/// ordered per order across the three events, so a line never reaches the summary before
+/// its order was placed there.
+#[event_handler(name = "orders.order_summary", priority = 10)]
+async fn order_summary(event: &OrderEvent, tx: &mut Tx, flaky: &Flaky) -> Result<(), HandlerError> {
+    match event {
+        OrderEvent::Placed(event) => {
+            tx.execute(
+                "INSERT INTO orders_customers (customer_id, segment, orders, lines, sales)
+                VALUES ($1, $2, 1, 0, 0)
+                ON CONFLICT (customer_id) DO UPDATE SET orders = orders_customers.orders + 1",
+                &[
+                    SqlValue::Text(&event.customer_id),
+                    SqlValue::Text(&event.segment),
+                ],
+            )
+            .await?;
+            // Upserts: an order first seen by an earlier release of this example may have
+            // lines in the summary already.
+            tx.execute(
+                "INSERT INTO orders_order_sales (order_id, currency, lines, sales)
+                VALUES ($1, $2, 0, 0)
+                ON CONFLICT (order_id) DO UPDATE SET currency = excluded.currency",
+                &[
+                    SqlValue::Text(&event.order_id),
+                    SqlValue::Text(&event.currency),
+                ],
+            )
+            .await?;
+        }
+        OrderEvent::LineAdded(event) => {
+            let sales = units(event.sales, "sales")?;
+            let rows = tx
+                .execute(
+                    "INSERT INTO orders_customers (customer_id, segment, orders, lines, sales)
+                    SELECT customer_id, segment, 0, 1, $2 FROM orders_directory WHERE order_id = $1
+                    ON CONFLICT (customer_id) DO UPDATE SET
+                        lines = orders_customers.lines + 1,
+                        sales = orders_customers.sales + excluded.sales",
+                    &[SqlValue::Text(&event.order_id), SqlValue::Int(sales)],
+                )
+                .await?;
+            found(rows, &event.order_id)?;
+            tx.execute(
+                "INSERT INTO orders_order_sales (order_id, currency, lines, sales)
+                VALUES ($1, NULL, 1, $2)
+                ON CONFLICT (order_id) DO UPDATE SET
+                    lines = orders_order_sales.lines + 1,
+                    sales = orders_order_sales.sales + excluded.sales",
+                &[SqlValue::Text(&event.order_id), SqlValue::Int(sales)],
+            )
+            .await?;
+        }
+        OrderEvent::Shipped(_) => {}
+    }
+    flaky.attempt("orders.order_summary")
 }
 
 /// Exports each line to a legacy ERP that only takes ASCII: a product name with any other

@@ -30,7 +30,7 @@
 //! envelopes a database already holds (committed events, pending deliveries, dead letters)
 //! before calling them, so a database written by an earlier release goes on being imported
 //! into and delivered from (`examples/tests/upcasting.rs`). The report's revenue by currency
-//! comes from `orders.customer_orders`, which reads the currency of version 2.
+//! comes from `orders.order_summary`, which reads the currency of version 2.
 //!
 //! # Schema catalog
 //!
@@ -251,7 +251,7 @@ pub struct Summary {
     pub rows: u64,
     /// This run: rows skipped because the database already held them.
     pub rows_already_imported: u64,
-    /// Orders placed, as counted by `orders.customer_orders`.
+    /// Orders placed, as counted by `orders.order_summary`.
     pub orders_placed: u64,
     /// Lines added, as counted by `orders.revenue_by_region`.
     pub lines_added: u64,
@@ -268,7 +268,7 @@ pub struct Summary {
     /// Sales by region, exact (decimal strings).
     pub revenue_by_region: BTreeMap<String, Decimal>,
     /// Sales by the currency of their order (`order.placed` version 2, or version 1 upcast),
-    /// exact (decimal strings), as `orders.customer_orders` and `orders.customer_sales`
+    /// exact (decimal strings), as `orders.order_summary`
     /// recorded them.
     pub revenue_by_currency: BTreeMap<String, Decimal>,
     /// Distinct customers with at least one order.
@@ -325,7 +325,7 @@ impl Summary {
 pub struct HandlerTally {
     /// The handler name (its idempotency key).
     pub name: &'static str,
-    /// The event it handles.
+    /// The event it handles (a union handler's first).
     pub event: &'static str,
     /// In transaction or after commit.
     pub mode: DeliveryMode,
@@ -923,15 +923,18 @@ fn report(
         .handlers()
         .iter()
         .map(|h| {
-            let event = (h.event)().name;
             let d = m.deliveries.get(h.name).copied().unwrap_or_default();
             let ran = match h.mode {
-                DeliveryMode::InTransaction => m.events_by_name.get(event).copied().unwrap_or(0),
+                DeliveryMode::InTransaction => h
+                    .events
+                    .iter()
+                    .map(|e| m.events_by_name.get(e().name).copied().unwrap_or(0))
+                    .sum(),
                 _ => d.completed,
             };
             HandlerTally {
                 name: h.name,
-                event,
+                event: h.events.first().map_or("", |e| e().name),
                 mode: h.mode,
                 ordered: h.ordered,
                 priority: h.priority,

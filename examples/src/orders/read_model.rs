@@ -138,7 +138,7 @@ pub struct ReadModel {
     /// Revenue per region.
     pub regions: BTreeMap<String, Revenue>,
     /// Orders, lines and sales by currency (`unknown` for orders whose `order.placed` has
-    /// not been delivered to `orders.customer_orders`).
+    /// not been delivered to `orders.order_summary`).
     pub currencies: BTreeMap<String, CurrencySales>,
     /// Every customer, by id.
     pub customers: HashMap<String, Customer>,

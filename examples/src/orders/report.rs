@@ -123,7 +123,7 @@ pub fn render(report: &Report) -> String {
         let _ = writeln!(
             out,
             "Note: revenue by currency adds up to {}, not the {} of all lines: it counts the \
-             deliveries to orders.customer_orders and orders.customer_sales made since this \
+             deliveries to orders.order_summary made since this \
              version of the example (a database imported by an earlier one has none), and \
              none still pending or dead-lettered.\n",
             money(currency_total),

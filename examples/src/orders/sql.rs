@@ -8,8 +8,8 @@
 //! | `orders_imported_rows` | the import (unit of work) | CSV row: `row_id`, order, line, `status` (`accepted` / `rejected`), `reason` |
 //! | `orders_directory` | `orders.directory` (in transaction) | placed order: customer, segment, region, order day |
 //! | `orders_revenue_by_region` | `orders.revenue_by_region` (in transaction) | region: lines, units, sales, profit |
-//! | `orders_customers` | `orders.customer_orders`, `orders.customer_sales` | customer: segment, orders, lines, sales |
-//! | `orders_order_sales` | `orders.customer_orders` (currency), `orders.customer_sales` (lines, sales) | placed order: currency (`NULL` until `orders.customer_orders` ran), lines, sales |
+//! | `orders_customers` | `orders.order_summary` | customer: segment, orders, lines, sales |
+//! | `orders_order_sales` | `orders.order_summary` | placed order: currency (`NULL` while the summary has not seen the order placed), lines, sales |
 //! | `orders_lead_times` | `orders.shipping_lead_time` | (ship mode, lead time in days): orders |
 //! | `orders_notifications` | `orders.send_confirmation` | confirmation, keyed by the `order.shipped` event id |
 //! | `orders_erp_export` | `orders.erp_export` | exported line, keyed by the `order.line_added` event id |

@@ -32,6 +32,6 @@ fn main() {
     use platform::events::Handler;
     assert_eq!(UserRegistered::NAME, "user.registered");
     assert_eq!(UserRenamed::NAME, "user.renamed");
-    assert_eq!((<welcome as Handler>::DESCRIPTOR.event)().name, "user.registered");
+    assert_eq!((<welcome as Handler>::DESCRIPTOR.events[0])().name, "user.registered");
     assert_eq!(<audit as Handler>::DESCRIPTOR.priority, 1);
 }

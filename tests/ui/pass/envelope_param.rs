@@ -26,7 +26,7 @@ fn main() {
     let envelope = Envelope::new(OrderShipped { order_id: "A-9".into() }).with_sequence(7);
     for d in [<with_metadata as Handler>::DESCRIPTOR, <through_alias as Handler>::DESCRIPTOR] {
         assert!(d.takes_envelope);
-        assert_eq!((d.event)().version, 2);
+        assert_eq!((d.events[0])().version, 2);
         let mut ctx = HandlerContext::new(&envelope, &[], None);
         let HandlerCall::Sync(call) = d.call else { panic!("sync handler") };
         call(&mut ctx).unwrap();

@@ -68,7 +68,7 @@ fn main() {
     assert_eq!(d.mode, DeliveryMode::AfterCommit);
     assert!(!d.takes_envelope);
     assert!(d.transaction.is_none());
-    assert_eq!((d.event)().name, "order.placed");
+    assert_eq!((d.events[0])().name, "order.placed");
     assert_eq!(d.resources.len(), 1);
     let resources = [counter.clone()];
     let mut ctx = HandlerContext::new(&envelope, &resources, None);
