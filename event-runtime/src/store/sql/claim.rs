@@ -81,6 +81,49 @@ pub(crate) fn in_run_order(mut claimed: Vec<ClaimedDelivery>) -> Vec<ClaimedDeli
     claimed
 }
 
+/// The next `quota` pending deliveries after each run's head, in sequence order: one
+/// statement per 100 runs, each run its own `LIMIT`ed range of the (handler, aggregate,
+/// sequence) index (so that a long backlog behind a head is never read).
+async fn followers<D: Dialect>(
+    conn: &mut Conn<D>,
+    runs: &[(String, String, String, i64)],
+    quota: i64,
+) -> Result<Vec<(String, String)>, StoreError> {
+    let mut followers = Vec::new();
+    for chunk in runs.chunks(100) {
+        let mut args = vec![Arg::I64(quota)];
+        let mut parts = Vec::with_capacity(chunk.len());
+        for (i, (handler, agg_type, agg_id, sequence)) in chunk.iter().enumerate() {
+            let p = 2 + i * 4;
+            // `status IN (…)` repeats the index's condition so that SQLite's planner uses the
+            // (handler, aggregate, sequence) index of pending and dead deliveries.
+            parts.push(format!(
+                "SELECT * FROM (SELECT handler, event_id FROM event_deliveries \
+                 WHERE handler = ${} AND aggregate_type = ${} AND aggregate_id = ${} \
+                 AND status IN ('pending', 'dead') AND status = 'pending' AND sequence > ${} \
+                 ORDER BY sequence LIMIT $1)",
+                p,
+                p + 1,
+                p + 2,
+                p + 3
+            ));
+            args.extend([
+                Arg::Str(handler),
+                Arg::Str(agg_type),
+                Arg::Str(agg_id),
+                Arg::I64(*sequence),
+            ]);
+        }
+        for r in rows::<D>(conn, &parts.join(" UNION ALL "), &args).await? {
+            followers.push((
+                D::DB::get_string(&r, "handler").map_err(db)?,
+                D::DB::get_string(&r, "event_id").map_err(db)?,
+            ));
+        }
+    }
+    Ok(followers)
+}
+
 /// Claims in one transaction of several statements: for a dialect whose writers are
 /// serialised (SQLite), so that no other claim runs in between.
 pub(crate) async fn claim_in_steps<D: Dialect>(
@@ -106,39 +149,23 @@ pub(crate) async fn claim_in_steps<D: Dialect>(
     super::delivery::upsert_lease::<D>(conn, req).await?;
     let quota = (req.max_deliveries / heads.len()).max(1) as i64;
     let mut head_keys: Vec<(String, String)> = Vec::with_capacity(heads.len());
-    let mut followers: Vec<(String, String)> = Vec::new();
+    // (handler, aggregate type, aggregate id, sequence) of the heads whose runs extend.
+    let mut runs: Vec<(String, String, String, i64)> = Vec::new();
     for h in &heads {
         let handler = D::DB::get_string(h, "handler").map_err(db)?;
         let event_id = D::DB::get_string(h, "event_id").map_err(db)?;
         let sequence = D::DB::get_i64(h, "sequence").map_err(db)?;
-        if sequence > 0 {
-            let agg_type = D::DB::get_string(h, "aggregate_type").map_err(db)?;
-            let agg_id = D::DB::get_string(h, "aggregate_id").map_err(db)?;
-            let run = rows::<D>(
-                conn,
-                // `status IN (…)` repeats the index's condition so that SQLite's planner uses
-                // the (handler, aggregate, sequence) index of pending and dead deliveries.
-                "SELECT event_id FROM event_deliveries WHERE handler = $1 AND aggregate_type = $2 \
-                 AND aggregate_id = $3 AND status IN ('pending', 'dead') AND status = 'pending' \
-                 AND sequence > $4 ORDER BY sequence LIMIT $5",
-                &[
-                    Arg::Str(&handler),
-                    Arg::Str(&agg_type),
-                    Arg::Str(&agg_id),
-                    Arg::I64(sequence),
-                    Arg::I64(quota - 1),
-                ],
-            )
-            .await?;
-            for r in &run {
-                followers.push((
-                    handler.clone(),
-                    D::DB::get_string(r, "event_id").map_err(db)?,
-                ));
-            }
+        if sequence > 0 && quota > 1 {
+            runs.push((
+                handler.clone(),
+                D::DB::get_string(h, "aggregate_type").map_err(db)?,
+                D::DB::get_string(h, "aggregate_id").map_err(db)?,
+                sequence,
+            ));
         }
         head_keys.push((handler, event_id));
     }
+    let followers = followers::<D>(conn, &runs, quota - 1).await?;
     // A head leased under a dead lease was probably being delivered when its worker died: it
     // counts as attempted once, so that an event that kills its process ends in the dead
     // letter queue after the retry limit instead of killing every worker in turn.
