@@ -58,11 +58,13 @@ pub(super) async fn list(
         "EVENT ID",
         "HANDLER",
         "ATTEMPTS",
+        "HOLDS BACK",
         "REASON",
         "LAST ERROR",
         "DEAD AT",
     ]);
-    let mut table = Table::new(&header, &["ID", "ATTEMPTS"], io.terminal).wrap(&["LAST ERROR"]);
+    let mut table =
+        Table::new(&header, &["ID", "ATTEMPTS", "HOLDS BACK"], io.terminal).wrap(&["LAST ERROR"]);
     for d in &letters {
         let mut row = vec![d.id.to_string()];
         if args.all {
@@ -73,6 +75,7 @@ pub(super) async fn list(
             d.event_id.to_string(),
             d.handler.clone(),
             d.attempts.to_string(),
+            d.held_back.to_string(),
             d.reason.to_string(),
             truncate(&one_line(&each_once(&d.error_chain).join(": ")), 60),
             time(d.dead_at),
@@ -201,6 +204,15 @@ pub(super) async fn show(
     if let Some(at) = d.resolved_at {
         let how = d.resolution.as_deref().unwrap_or("resolved");
         field("resolved", &format!("{how} at {}", time_ms(at)));
+    }
+    if d.held_back > 0 {
+        field(
+            "holds back",
+            &format!(
+                "{} later deliveries of its aggregate to {} (they wait for a replay or purge of this one)",
+                d.held_back, d.handler
+            ),
+        );
     }
     let _ = writeln!(s, "error chain:");
     let chain = each_once(&d.error_chain);

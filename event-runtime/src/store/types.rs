@@ -193,6 +193,10 @@ pub struct DeadLetter {
     pub resolved_at: Option<DateTime<Utc>>,
     /// `replayed` or `purged`.
     pub resolution: Option<String>,
+    /// Pending deliveries of the same handler and aggregate that come after it, waiting for
+    /// it to be replayed or purged (per-aggregate order holds them back; 0 for an unordered
+    /// handler, an event without a sequence, or a resolved dead letter).
+    pub held_back: u64,
 }
 
 /// What to do with dead letters.

@@ -526,6 +526,12 @@ pub async fn later_events_of_an_aggregate_wait_for_a_dead_lettered_earlier_one(d
         .dead_letters(&DeadLetterFilter::default())
         .await
         .unwrap();
+    assert_eq!(
+        dead[0].held_back,
+        2,
+        "the dead letter says what it holds back; {}",
+        db.label()
+    );
     outbox
         .store()
         .resolve_dead_letters(&[dead[0].id], Resolution::Replay, "t", "fixed")

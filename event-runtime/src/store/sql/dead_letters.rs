@@ -36,6 +36,7 @@ fn dead_letter_from_row<D: Dialect>(
             .map_err(db)?
             .map(from_ms),
         resolution: D::DB::get_opt_string(r, "resolution").map_err(db)?,
+        held_back: D::DB::get_i64(r, "held_back").map_err(db)?.max(0) as u64,
     })
 }
 
@@ -45,7 +46,14 @@ pub(crate) async fn list<D: Dialect>(
 ) -> Result<Vec<DeadLetter>, StoreError> {
     const SQL: &str =
         "SELECT id, event_id, handler, name, version, envelope, attempts, first_failed_at,
-            last_failed_at, reason, error_chain, dead_at, resolved_at, resolution
+            last_failed_at, reason, error_chain, dead_at, resolved_at, resolution,
+            CASE WHEN resolved_at IS NOT NULL THEN 0 ELSE COALESCE((
+                SELECT COUNT(*) FROM event_deliveries h JOIN event_deliveries f
+                  ON f.handler = h.handler AND f.aggregate_type = h.aggregate_type
+                 AND f.aggregate_id = h.aggregate_id AND f.sequence > h.sequence
+                WHERE h.handler = event_dead_letters.handler AND h.event_id = event_dead_letters.event_id
+                  AND h.status = 'dead' AND h.sequence > 0
+                  AND f.status IN ('pending', 'dead') AND f.status = 'pending'), 0) END AS held_back
         FROM event_dead_letters
         WHERE ($1 OR resolved_at IS NULL)
           AND ($2 IS NULL OR handler = $2)
