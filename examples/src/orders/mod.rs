@@ -59,6 +59,7 @@ pub mod csv_input;
 pub mod domain;
 pub mod handlers;
 pub mod persistence;
+pub mod progress;
 pub mod read_model;
 pub mod report;
 pub mod sql;
@@ -509,9 +510,15 @@ pub async fn run(args: &Args) -> Result<Report, RunError> {
         })?;
 
     let delivery = Delivery::start(&outbox, args.crash_after);
+    let to_import = rows
+        .iter()
+        .filter(|r| !imported.contains(&r.row_id))
+        .count();
+    let progress = progress::Progress::start(to_import as u64, Arc::clone(&delivery.completed));
     let mut import = Import::new(&outbox, args);
-    let imported_result = import.all(&rows, &imported).await;
+    let imported_result = import.all(&rows, &imported, &progress).await;
     let delivered = delivery.finish().await;
+    progress.finish();
     imported_result?;
     let delivered = delivered?;
 
@@ -576,13 +583,19 @@ impl<'o> Import<'o> {
         }
     }
 
-    async fn all(&mut self, rows: &[OrderRow], imported: &HashSet<u64>) -> Result<(), RunError> {
+    async fn all(
+        &mut self,
+        rows: &[OrderRow],
+        imported: &HashSet<u64>,
+        progress: &progress::Progress,
+    ) -> Result<(), RunError> {
         let new: Vec<&OrderRow> = rows
             .iter()
             .filter(|r| !imported.contains(&r.row_id))
             .collect();
         for chunk in new.chunks(self.batch) {
             self.rows(chunk).await?;
+            progress.imported(chunk.len() as u64);
         }
         self.ship_all().await?;
         if !self.redeliveries.is_empty() {
