@@ -12,6 +12,98 @@
 //! # Times
 //! Every time the store writes is milliseconds since the Unix epoch, UTC, as `BIGINT`, given by
 //! the caller: the outbox's clock (the process's, or an injected one in tests).
+//!
+//! # Portable SQL
+//! Handlers and units of work write the application's own tables through the open [`Tx`]:
+//! [`Tx::query`] binds values to `$1`, `$2`, … (on every backend; a number may repeat, and
+//! `$10` and above work), and its rows read by column name into Rust types. The same code runs
+//! on SQLite and on PostgreSQL; [`Store::query`] does the same outside a transaction (reports).
+//!
+//! ```
+//! # use event_runtime::{Store, StoreError};
+//! # use chrono::{DateTime, Utc};
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), StoreError> {
+//! let store = Store::connect("sqlite::memory:").await?; // or postgres://…
+//! let mut tx = store.begin().await?;
+//! tx.query("CREATE TABLE orders (id UUID PRIMARY KEY, status TEXT NOT NULL,
+//!         placed_at TIMESTAMPTZ NOT NULL, lines INTEGER, note TEXT)")
+//!     .execute()
+//!     .await?;
+//! let id = uuid::Uuid::now_v7();
+//! let placed_at: DateTime<Utc> = "2019-01-03T10:00:00.250Z".parse().unwrap();
+//! tx.query("INSERT INTO orders (id, status, placed_at, lines, note) VALUES ($1, $2, $3, $4, $5)")
+//!     .bind(id)
+//!     .bind("placed")
+//!     .bind(placed_at)
+//!     .bind(3i32)
+//!     .bind(None::<&str>)
+//!     .execute()
+//!     .await?;
+//! let row = tx
+//!     .query("SELECT status, placed_at, lines, note FROM orders WHERE id = $1")
+//!     .bind(id)
+//!     .fetch_one()
+//!     .await?;
+//! assert_eq!(row.get::<String>("status")?, "placed");
+//! assert_eq!(row.get::<DateTime<Utc>>("placed_at")?, placed_at);
+//! assert_eq!(row.get::<i32>("lines")?, 3);
+//! assert_eq!(row.get::<Option<String>>("note")?, None);
+//! // A value that does not decode names the column and the type asked for:
+//! let e = row.get::<i64>("status").unwrap_err();
+//! assert_eq!(e.to_string(), r#"column "status": cannot read text as i64"#);
+//! tx.commit().await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The portable types ([`ToSql`] to bind, [`FromSql`] to read; a sealed list, so that what
+//! one store writes the other reads back equal) and how each store keeps them:
+//!
+//! | Rust | PostgreSQL | SQLite |
+//! |---|---|---|
+//! | `i8` … `i64`, `u8` … `u32` | bound as `BIGINT`; reads `SMALLINT`, `INTEGER`, `BIGINT` (and whole `NUMERIC`s such as `SUM`, feature `decimal`) | `INTEGER` |
+//! | `f32`, `f64` | `DOUBLE PRECISION` / `REAL` | `REAL` (a `NaN` becomes `NULL`: not portable) |
+//! | `bool` | `BOOLEAN` | `INTEGER` 0 / 1 |
+//! | `String`, `&str` | `TEXT`, `VARCHAR` | `TEXT` (PostgreSQL refuses the character NUL) |
+//! | `Vec<u8>`, `&[u8]` | `BYTEA` | `BLOB` |
+//! | `uuid::Uuid` | `UUID` | `TEXT`, hyphenated lower case (sorts as PostgreSQL sorts UUIDs) |
+//! | `chrono::DateTime<Utc>` | `TIMESTAMPTZ` (a `TIMESTAMP` reads as UTC) | `TEXT`, [`timestamp_text`]: RFC 3339, UTC, six decimals, so text order is time order; `CURRENT_TIMESTAMP`'s text reads too |
+//! | `rust_decimal::Decimal` (feature `decimal`) | `NUMERIC` | `TEXT`, scale kept |
+//! | `Option<T>` | `NULL` for `None` | `NULL` |
+//!
+//! Timestamps keep microseconds on both stores (PostgreSQL's precision; finer digits are
+//! dropped). Column declarations that work on both: `BIGINT`, `INTEGER`, `SMALLINT`,
+//! `DOUBLE PRECISION`, `REAL`, `BOOLEAN`, `TEXT`, `BYTEA`, `UUID`, `TIMESTAMPTZ`. A decimal
+//! column is the exception: `NUMERIC` on PostgreSQL, `TEXT` on SQLite (where `NUMERIC`
+//! affinity would turn the text into a lossy `REAL`; reading a decimal from a `REAL` is a
+//! [`StoreError::Decode`] saying so) — branch the DDL on [`Store::backend_name`].
+//!
+//! Name computed columns (`COUNT(*) AS n`): the stores name them differently. A column name
+//! is matched exactly first, then ignoring ASCII case (PostgreSQL folds unquoted names).
+//!
+//! ## What is not portable
+//! The API binds and reads portably; it does not translate SQL. Write the subset both
+//! databases accept, or branch on [`Store::backend_name`]:
+//! - **dialect-specific SQL**: functions and operators (`now()` vs `datetime('now')`, `ILIKE`,
+//!   `||` on non-text, JSON operators), `LIMIT … OFFSET` is shared but `FETCH FIRST` is not;
+//!   `SUM` of a `BIGINT` is `NUMERIC` on PostgreSQL (read it as an integer with the feature
+//!   `decimal`, or `CAST(SUM(x) AS BIGINT)`);
+//! - **`RETURNING`**: both accept `INSERT … RETURNING id`, but a `BIGINT` identity
+//!   (`GENERATED … AS IDENTITY`, `BIGSERIAL`) and SQLite's `INTEGER PRIMARY KEY` are declared
+//!   differently, and PostgreSQL's `RETURNING` on `UPDATE … FROM` has no SQLite twin;
+//! - **upserts**: `INSERT … ON CONFLICT (key) DO NOTHING` / `DO UPDATE SET x = excluded.x`
+//!   are shared (SQLite 3.24+); `ON CONFLICT ON CONSTRAINT name`, `MERGE` and
+//!   `INSERT OR REPLACE` are not;
+//! - **types outside the table** (JSON, arrays, dates without time, intervals, `u64`): a
+//!   compile error when bound, [`StoreError::Decode`] when read. Store JSON as text.
+//!
+//! For those, drop to the native connection of the same transaction with
+//! [`Tx::native`] — `tx.native::<sqlx::SqliteConnection>()` or
+//! `tx.native::<sqlx::PgConnection>()` (`Tx::sqlite()` / `Tx::postgres()` are the short
+//! forms) — and use [`sqlx`] there; or let a handler take `&mut sqlx::PgConnection` directly,
+//! which then runs only on that backend. The pools are [`Store::sqlite_pool`] and
+//! [`Store::pg_pool`].
 
 pub mod backend;
 mod operator;
