@@ -372,7 +372,7 @@ mod tests {
             i8::from_datum(&Datum::Int(300)),
             Err("integer 300 (out of range)".into())
         );
-        assert_eq!(u32::from_datum(&Datum::Int(-1)).is_err(), true);
+        assert!(u32::from_datum(&Datum::Int(-1)).is_err());
         assert_eq!(
             i64::from_datum(&Datum::Null(SqlType::Int)),
             Err("NULL".into())
@@ -381,7 +381,7 @@ mod tests {
             Option::<i64>::from_datum(&Datum::Null(SqlType::Int)),
             Ok(None)
         );
-        assert_eq!(f64::from_datum(&Datum::Int(i64::MAX)).is_err(), true);
+        assert!(f64::from_datum(&Datum::Int(i64::MAX)).is_err());
     }
 
     #[test]
