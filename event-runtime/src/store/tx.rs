@@ -108,8 +108,8 @@ impl Tx {
     /// PostgreSQL `SUM` of a `BIGINT` is `NUMERIC`: write `CAST(SUM(x) AS BIGINT)`.
     ///
     /// # Errors
-    /// [`StoreError::Database`]: the database refused the query, or the column is not an
-    /// integer.
+    /// [`StoreError::Database`]: the database refused the query; [`StoreError::Decode`]: the
+    /// column is not an integer (or is `NULL`).
     ///
     /// # Cancel safety
     /// As [`execute`](Self::execute).
