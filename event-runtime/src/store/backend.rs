@@ -33,11 +33,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use uuid::Uuid;
 
-use super::tx::SqlValue;
+use super::query::Row;
 use super::types::{
     AuditEntry, DeadLetter, DeadLetterCount, DeadLetterFilter, OutboxStats, PausedDestination,
     Resolution,
 };
+use super::value::Datum;
 use super::{StoreError, Tx};
 
 /// One event to append to the outbox, with the destinations that receive it.
@@ -220,6 +221,31 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// Begins a write transaction.
     async fn begin(&self) -> Result<Tx, StoreError>;
 
+    /// Runs one statement with `$N` placeholders outside any transaction of the caller's;
+    /// rows affected ([`Store::query`](crate::Store::query)). The default runs it in a
+    /// transaction of its own.
+    async fn execute(&self, sql: &str, args: &[Datum]) -> Result<u64, StoreError> {
+        let mut tx = self.begin().await?;
+        let n = tx.backend().execute(sql, args).await?;
+        tx.commit().await?;
+        Ok(n)
+    }
+
+    /// Runs one query with `$N` placeholders outside any transaction of the caller's; its
+    /// rows, or only the first with `first_only`. The default runs it in a transaction of
+    /// its own.
+    async fn fetch(
+        &self,
+        sql: &str,
+        args: &[Datum],
+        first_only: bool,
+    ) -> Result<Vec<Row>, StoreError> {
+        let mut tx = self.begin().await?;
+        let rows = tx.backend().fetch(sql, args, first_only).await?;
+        tx.commit().await?;
+        Ok(rows)
+    }
+
     /// Closes every connection.
     async fn close(&self);
 
@@ -394,15 +420,20 @@ pub trait BackendTransaction: Send + fmt::Debug {
     /// Rolls back.
     async fn rollback(self: Box<Self>) -> Result<(), StoreError>;
 
-    /// Runs one statement with `$N` placeholders; rows affected.
-    async fn execute(&mut self, sql: &str, args: &[SqlValue<'_>]) -> Result<u64, StoreError>;
+    /// Runs one statement with `$N` placeholders (a number may repeat); rows affected. Each
+    /// [`Datum`] is bound the way this database stores it: what one backend writes, every
+    /// other reads back equal (see [`Tx::query`]).
+    async fn execute(&mut self, sql: &str, args: &[Datum]) -> Result<u64, StoreError>;
 
-    /// Runs one query; the first column of the first row as an integer.
-    async fn fetch_i64(
+    /// Runs one query with `$N` placeholders; its rows, or only the first with
+    /// `first_only`, each column decoded into the [`Datum`] it stores (a type with no
+    /// portable reading as [`Datum::Unsupported`]).
+    async fn fetch(
         &mut self,
         sql: &str,
-        args: &[SqlValue<'_>],
-    ) -> Result<Option<i64>, StoreError>;
+        args: &[Datum],
+        first_only: bool,
+    ) -> Result<Vec<Row>, StoreError>;
 
     /// Appends outbox rows; returns the ids that were new (an id already present is
     /// skipped). A second event with the same (aggregate, sequence) is

@@ -12,6 +12,8 @@
 //! # Times
 //! Every time the store writes is milliseconds since the Unix epoch, UTC, as `BIGINT`, given by
 //! the caller: the outbox's clock (the process's, or an injected one in tests).
+//!
+#![doc = include_str!("portable_sql.md")]
 
 pub mod backend;
 mod operator;
@@ -19,12 +21,14 @@ mod operator;
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres;
 mod resolve;
+mod query;
 pub(crate) mod sql;
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub mod sqlite;
 mod tx;
 mod types;
+mod value;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,11 +38,13 @@ use futures_util::future::BoxFuture;
 
 pub use backend::{Backend, BackendTransaction};
 pub use resolve::RESOLVE_PAGE;
+pub use query::{Query, Row};
 pub use tx::{SqlValue, Tx};
 pub use types::{
     AuditEntry, DeadLetter, DeadLetterCount, DeadLetterFilter, DeadLetterReason, HandlerStats,
     OutboxStats, PausedDestination, Resolution,
 };
+pub use value::{timestamp_text, Datum, FromSql, SqlType, ToSql};
 
 #[cfg(not(any(feature = "sqlite", feature = "postgres")))]
 compile_error!("event-runtime needs at least one store feature: `sqlite` (default) or `postgres`");
@@ -134,6 +140,28 @@ pub enum StoreError {
     /// A row holds data this version cannot read (a corrupted or foreign table).
     #[error("corrupt outbox row: {0}")]
     Corrupt(String),
+    /// A column of a portable query's row does not read as the Rust type asked for
+    /// ([`Row::get`]).
+    #[error("column {column:?}: cannot read {found} as {expected}")]
+    Decode {
+        /// The column.
+        column: String,
+        /// The Rust type asked for (`i32`, `Option<String>`).
+        expected: String,
+        /// What the column holds instead (`NULL`, `text`, `integer 70000 (out of range)`).
+        found: String,
+    },
+    /// A portable query's row has no such column ([`Row::get`]).
+    #[error("no column {column:?} in the row; its columns: {columns}")]
+    NoSuchColumn {
+        /// The name asked for (`#N` for an index).
+        column: String,
+        /// The row's columns, comma-separated.
+        columns: String,
+    },
+    /// [`Query::fetch_one`] found no row.
+    #[error("the query returned no row")]
+    NoRow,
 }
 
 /// How [`Store::connect_with`] opens a store.
@@ -418,6 +446,14 @@ impl Store {
     /// Cancel safe.
     pub async fn begin(&self) -> Result<Tx, StoreError> {
         self.backend.begin().await
+    }
+
+    /// A portable statement on a pooled connection, outside any transaction (reads of a
+    /// report, say, which need no write lock): bind its `$N` values with
+    /// [`Query::bind`], then fetch or execute it. A write through it commits on its own. See
+    /// [`Tx::query`] for the types and what is portable.
+    pub fn query(&self, sql: &'static str) -> Query<'_> {
+        Query::on_store(self, sql)
     }
 
     /// Closes every connection.

@@ -16,13 +16,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::migrate::Migrator;
+use sqlx::postgres::PgRow;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{Connection, Pool, Postgres};
+use sqlx::{Connection, Pool, Postgres, Row as _, TypeInfo as _, ValueRef as _};
 
 use super::backend::{Backend, ClaimRequest, ClaimedDelivery};
 use super::sql::claim::{claimed_from_row, heads_sql, in_run_order, CLAIMED_COLUMNS};
-use super::sql::exec::Arg;
+use super::sql::exec::{Arg, SqlxQuery};
 use super::sql::{db, execute, rows, Conn, Dialect, SqlStore, MIGRATIONS_TABLE};
+use super::value::{Datum, SqlType};
 use super::{redact, BackendEntry, ConnectOptions, StoreError};
 
 /// The URL schemes of this backend: `postgres://USER@HOST:PORT/DB`, `postgresql://…`.
@@ -322,6 +324,69 @@ impl Dialect for PostgresDialect {
 
     fn is_conflict(error: &dyn sqlx::error::DatabaseError) -> bool {
         matches!(error.code().as_deref(), Some("40P01" | "40001"))
+    }
+
+    fn bind<'q>(q: SqlxQuery<'q, Postgres>, value: &Datum) -> SqlxQuery<'q, Postgres> {
+        match value {
+            Datum::Null(t) => match t {
+                SqlType::Int => q.bind(None::<i64>),
+                SqlType::Float => q.bind(None::<f64>),
+                SqlType::Bool => q.bind(None::<bool>),
+                SqlType::Bytes => q.bind(None::<Vec<u8>>),
+                SqlType::Uuid => q.bind(None::<uuid::Uuid>),
+                SqlType::Timestamp => q.bind(None::<chrono::DateTime<chrono::Utc>>),
+                #[cfg(feature = "decimal")]
+                SqlType::Decimal => q.bind(None::<rust_decimal::Decimal>),
+                _ => q.bind(None::<String>),
+            },
+            Datum::Int(v) => q.bind(*v),
+            Datum::Float(v) => q.bind(*v),
+            Datum::Bool(v) => q.bind(*v),
+            Datum::Text(v) => q.bind(v.as_str()),
+            Datum::Bytes(v) => q.bind(v.as_slice()),
+            Datum::Uuid(v) => q.bind(*v),
+            Datum::Timestamp(v) => q.bind(*v),
+            #[cfg(feature = "decimal")]
+            Datum::Decimal(v) => q.bind(*v),
+            Datum::Unsupported(t) => q.bind(t.as_str()),
+        }
+    }
+
+    fn datum(row: &PgRow, index: usize) -> Datum {
+        let Ok(value) = row.try_get_raw(index) else {
+            return Datum::Unsupported("unknown".into());
+        };
+        if value.is_null() {
+            return Datum::Null(SqlType::Text);
+        }
+        let name = value.type_info().name().to_owned();
+        let read = match name.as_str() {
+            "INT8" => row.try_get(index).map(Datum::Int),
+            "INT4" => row.try_get(index).map(|v: i32| Datum::Int(v.into())),
+            "INT2" => row.try_get(index).map(|v: i16| Datum::Int(v.into())),
+            "FLOAT8" => row.try_get(index).map(Datum::Float),
+            "FLOAT4" => row.try_get(index).map(|v: f32| Datum::Float(v.into())),
+            "BOOL" => row.try_get(index).map(Datum::Bool),
+            "TEXT" | "VARCHAR" | "BPCHAR" | "NAME" => row.try_get(index).map(Datum::Text),
+            "BYTEA" => row.try_get(index).map(Datum::Bytes),
+            "UUID" => row.try_get(index).map(Datum::Uuid),
+            "TIMESTAMPTZ" => row.try_get(index).map(Datum::Timestamp),
+            // A time without zone is read as UTC, which is what the portable API writes.
+            "TIMESTAMP" => row
+                .try_get(index)
+                .map(|t: chrono::NaiveDateTime| Datum::Timestamp(t.and_utc())),
+            #[cfg(feature = "decimal")]
+            "NUMERIC" => row.try_get(index).map(Datum::Decimal),
+            #[cfg(not(feature = "decimal"))]
+            "NUMERIC" => {
+                return Datum::Unsupported(
+                    "NUMERIC (enable event-runtime's feature `decimal`, or CAST it to BIGINT)"
+                        .into(),
+                )
+            }
+            _ => return Datum::Unsupported(format!("{name} (not a portable type)")),
+        };
+        read.unwrap_or(Datum::Unsupported(name))
     }
 
     async fn kill(conn: &mut Conn<Self>) {

@@ -21,11 +21,14 @@ use std::time::{Duration, Instant};
 static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
 
 use sqlx::migrate::Migrator;
+use sqlx::sqlite::SqliteRow;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Pool, Sqlite};
+use sqlx::{Pool, Row as _, Sqlite, TypeInfo as _, ValueRef as _};
 
 use super::backend::{Backend, ClaimRequest, ClaimedDelivery};
+use super::sql::exec::SqlxQuery;
 use super::sql::{claim, db, execute, rows, Conn, Dialect, SqlStore, MIGRATIONS_TABLE};
+use super::value::{timestamp_text, Datum, SqlType};
 use super::{BackendEntry, ConnectOptions, StoreError};
 
 /// The URL schemes of this backend: `sqlite://PATH`, `sqlite:PATH`, `sqlite::memory:`.
@@ -199,6 +202,41 @@ impl Dialect for SqliteDialect {
     fn is_conflict(error: &dyn sqlx::error::DatabaseError) -> bool {
         // SQLITE_BUSY (5, and 517 BUSY_SNAPSHOT) after the busy timeout, SQLITE_LOCKED (6).
         matches!(error.code().as_deref(), Some("5" | "6" | "517"))
+    }
+
+    fn bind<'q>(q: SqlxQuery<'q, Sqlite>, value: &Datum) -> SqlxQuery<'q, Sqlite> {
+        match value {
+            Datum::Null(_) => q.bind(None::<i64>),
+            Datum::Int(v) => q.bind(*v),
+            Datum::Float(v) => q.bind(*v),
+            Datum::Bool(v) => q.bind(*v),
+            Datum::Text(v) => q.bind(v.as_str()),
+            Datum::Bytes(v) => q.bind(v.as_slice()),
+            Datum::Uuid(v) => q.bind(v.hyphenated().to_string()),
+            Datum::Timestamp(v) => q.bind(timestamp_text(v)),
+            #[cfg(feature = "decimal")]
+            Datum::Decimal(v) => q.bind(v.to_string()),
+            Datum::Unsupported(t) => q.bind(t.as_str()),
+        }
+    }
+
+    fn datum(row: &SqliteRow, index: usize) -> Datum {
+        // SQLite types values, not columns: read each as the storage class it has.
+        let Ok(value) = row.try_get_raw(index) else {
+            return Datum::Unsupported("unknown".into());
+        };
+        if value.is_null() {
+            return Datum::Null(SqlType::Text);
+        }
+        let class = value.type_info().name().to_owned();
+        let read = match class.as_str() {
+            "INTEGER" => row.try_get_unchecked(index).map(Datum::Int),
+            "REAL" => row.try_get_unchecked(index).map(Datum::Float),
+            "TEXT" => row.try_get_unchecked(index).map(Datum::Text),
+            "BLOB" => row.try_get_unchecked(index).map(Datum::Bytes),
+            _ => return Datum::Unsupported(class),
+        };
+        read.unwrap_or(Datum::Unsupported(class))
     }
 
     async fn kill(_: &mut Conn<Self>) {

@@ -5,6 +5,8 @@ use std::any::{Any, TypeId};
 use std::fmt;
 
 use super::backend::BackendTransaction;
+use super::query::Query;
+use super::value::{Datum, SqlType};
 use super::StoreError;
 use crate::dispatch::dispatcher::TransactionSource;
 
@@ -70,8 +72,19 @@ impl Tx {
         self.inner.rollback().await
     }
 
+    /// A portable statement in this transaction: bind its `$N` values with
+    /// [`Query::bind`], then [`execute`](Query::execute) it or fetch its rows
+    /// ([`fetch_one`](Query::fetch_one), [`fetch_optional`](Query::fetch_optional),
+    /// [`fetch_all`](Query::fetch_all)) and read their columns by name with
+    /// [`Row::get`](super::Row::get). The same code runs on every store; see the
+    /// [module docs](crate::store#portable-sql) for the types, how each store keeps them and
+    /// what SQL is not portable.
+    pub fn query(&mut self, sql: &'static str) -> Query<'_> {
+        Query::on_tx(self, sql)
+    }
+
     /// Runs one statement with `$N` placeholders bound to `args`. Returns the number of rows
-    /// affected.
+    /// affected. The short form of [`query`](Self::query) for integers and text.
     ///
     /// # Errors
     /// [`StoreError::Database`]: the database refused the statement (on PostgreSQL the
@@ -86,7 +99,8 @@ impl Tx {
         sql: &'static str,
         args: &[SqlValue<'_>],
     ) -> Result<u64, StoreError> {
-        self.inner.execute(sql, args).await
+        let args: Vec<Datum> = args.iter().map(SqlValue::datum).collect();
+        self.inner.execute(sql, &args).await
     }
 
     /// Runs one query with `$N` placeholders and returns the first column of the first row
@@ -94,8 +108,8 @@ impl Tx {
     /// PostgreSQL `SUM` of a `BIGINT` is `NUMERIC`: write `CAST(SUM(x) AS BIGINT)`.
     ///
     /// # Errors
-    /// [`StoreError::Database`]: the database refused the query, or the column is not an
-    /// integer.
+    /// [`StoreError::Database`]: the database refused the query; [`StoreError::Decode`]: the
+    /// column is not an integer (or is `NULL`).
     ///
     /// # Cancel safety
     /// As [`execute`](Self::execute).
@@ -104,7 +118,11 @@ impl Tx {
         sql: &'static str,
         args: &[SqlValue<'_>],
     ) -> Result<Option<i64>, StoreError> {
-        self.inner.fetch_i64(sql, args).await
+        let args: Vec<Datum> = args.iter().map(SqlValue::datum).collect();
+        match self.inner.fetch(sql, &args, true).await?.first() {
+            Some(row) => row.get_at(0).map(Some),
+            None => Ok(None),
+        }
     }
 
     /// The backend's native connection of this transaction, when it is a `T`
@@ -131,7 +149,18 @@ impl Tx {
     }
 }
 
-/// A value bound to a `$N` placeholder by [`Tx::execute`] and [`Tx::fetch_i64`].
+impl SqlValue<'_> {
+    pub(crate) fn datum(&self) -> Datum {
+        match *self {
+            SqlValue::Int(v) => Datum::Int(v),
+            SqlValue::Text(v) => Datum::Text(v.to_owned()),
+            SqlValue::Null => Datum::Null(SqlType::Int),
+        }
+    }
+}
+
+/// A value bound to a `$N` placeholder by [`Tx::execute`] and [`Tx::fetch_i64`], the short
+/// form for integers and text; [`Tx::query`] binds every portable type.
 #[derive(Debug, Clone, Copy)]
 pub enum SqlValue<'a> {
     /// A 64-bit integer (`BIGINT` / `INTEGER`).

@@ -4,10 +4,9 @@
 use std::collections::HashSet;
 
 use chrono::NaiveDate;
-use event_runtime::{SqlValue, Store, StoreError, Tx};
+use event_runtime::{Row, Store, StoreError, Tx};
 
 use super::domain::OrderState;
-use super::sql::{on_conn, on_pool};
 
 /// The stored form of a date.
 const DATE: &str = "%Y-%m-%d";
@@ -30,12 +29,13 @@ fn date(s: &str, column: &str) -> Result<NaiveDate, StoreError> {
 /// # Errors
 /// The database failed.
 pub async fn imported_row_ids(store: &Store) -> Result<HashSet<u64>, StoreError> {
-    let ids: Vec<i64> = on_pool!(store, |p| {
-        event_runtime::sqlx::query_scalar("SELECT row_id FROM orders_imported_rows")
-            .fetch_all(p)
-            .await?
-    });
-    Ok(ids.into_iter().map(|i| i as u64).collect())
+    let rows = store
+        .query("SELECT row_id FROM orders_imported_rows")
+        .fetch_all()
+        .await?;
+    rows.iter()
+        .map(|r| Ok(r.get::<i64>("row_id")? as u64))
+        .collect()
 }
 
 /// Records row `row_id` as imported (accepted), unless it already is: then returns `false`
@@ -51,15 +51,14 @@ pub async fn claim_row(
     line: u64,
 ) -> Result<bool, StoreError> {
     let n = tx
-        .execute(
+        .query(
             "INSERT INTO orders_imported_rows (row_id, order_id, line, status, reason)
             VALUES ($1, $2, $3, 'accepted', NULL) ON CONFLICT (row_id) DO NOTHING",
-            &[
-                SqlValue::Int(i64_of(row_id)),
-                SqlValue::Text(order_id),
-                SqlValue::Int(i64_of(line)),
-            ],
         )
+        .bind(i64_of(row_id))
+        .bind(order_id)
+        .bind(i64_of(line))
+        .execute()
         .await?;
     Ok(n == 1)
 }
@@ -69,11 +68,11 @@ pub async fn claim_row(
 /// # Errors
 /// The database failed.
 pub async fn reject_row(tx: &mut Tx, row_id: u64, reason: &str) -> Result<(), StoreError> {
-    tx.execute(
-        "UPDATE orders_imported_rows SET status = 'rejected', reason = $1 WHERE row_id = $2",
-        &[SqlValue::Text(reason), SqlValue::Int(i64_of(row_id))],
-    )
-    .await?;
+    tx.query("UPDATE orders_imported_rows SET status = 'rejected', reason = $1 WHERE row_id = $2")
+        .bind(reason)
+        .bind(i64_of(row_id))
+        .execute()
+        .await?;
     Ok(())
 }
 
@@ -90,9 +89,7 @@ pub struct StoredOrder {
     pub ship_mode: String,
 }
 
-type OrderRow = (String, String, String, i64, i64, i64, String, String, i64);
-
-/// `SELECT` of an [`OrderRow`], then `$tail`.
+/// `SELECT` of a stored order, then `$tail`.
 macro_rules! select_order {
     ($tail:literal) => {
         concat!(
@@ -103,21 +100,19 @@ macro_rules! select_order {
     };
 }
 
-fn stored(row: OrderRow) -> Result<StoredOrder, StoreError> {
-    let (id, customer_id, order_date, version, lines, first_line, ship_date, ship_mode, shipped) =
-        row;
+fn stored(row: &Row) -> Result<StoredOrder, StoreError> {
     Ok(StoredOrder {
         state: OrderState {
-            order_date: date(&order_date, "order_date")?,
-            id,
-            customer_id,
-            lines: u32::try_from(lines).map_err(corrupt)?,
-            shipped: shipped != 0,
-            version: u64::try_from(version).map_err(corrupt)?,
+            order_date: date(&row.get::<String>("order_date")?, "order_date")?,
+            id: row.get("order_id")?,
+            customer_id: row.get("customer_id")?,
+            lines: row.get("lines")?,
+            shipped: row.get::<i64>("shipped")? != 0,
+            version: u64::try_from(row.get::<i64>("version")?).map_err(corrupt)?,
         },
-        first_line: u64::try_from(first_line).map_err(corrupt)?,
-        ship_date: date(&ship_date, "ship_date")?,
-        ship_mode,
+        first_line: u64::try_from(row.get::<i64>("first_line")?).map_err(corrupt)?,
+        ship_date: date(&row.get::<String>("ship_date")?, "ship_date")?,
+        ship_mode: row.get("ship_mode")?,
     })
 }
 
@@ -127,13 +122,8 @@ fn stored(row: OrderRow) -> Result<StoredOrder, StoreError> {
 /// The database failed, or the row is corrupt.
 pub async fn load_order(tx: &mut Tx, id: &str) -> Result<Option<StoredOrder>, StoreError> {
     const SQL: &str = select_order!("WHERE order_id = $1");
-    let row: Option<OrderRow> = on_conn!(tx, |c| {
-        event_runtime::sqlx::query_as(SQL)
-            .bind(id)
-            .fetch_optional(&mut *c)
-            .await?
-    });
-    row.map(stored).transpose()
+    let row = tx.query(SQL).bind(id).fetch_optional().await?;
+    row.as_ref().map(stored).transpose()
 }
 
 /// Orders placed and not shipped yet, in the order of their first row.
@@ -142,10 +132,8 @@ pub async fn load_order(tx: &mut Tx, id: &str) -> Result<Option<StoredOrder>, St
 /// The database failed, or a row is corrupt.
 pub async fn unshipped_orders(store: &Store) -> Result<Vec<StoredOrder>, StoreError> {
     const SQL: &str = select_order!("WHERE shipped = 0 ORDER BY first_line, order_id");
-    let rows: Vec<OrderRow> = on_pool!(store, |p| {
-        event_runtime::sqlx::query_as(SQL).fetch_all(p).await?
-    });
-    rows.into_iter().map(stored).collect()
+    let rows = store.query(SQL).fetch_all().await?;
+    rows.iter().map(stored).collect()
 }
 
 /// Inserts a newly placed order.
@@ -154,22 +142,21 @@ pub async fn unshipped_orders(store: &Store) -> Result<Vec<StoredOrder>, StoreEr
 /// The database failed (the order exists: a concurrent import placed it).
 pub async fn insert_order(tx: &mut Tx, order: &StoredOrder) -> Result<(), StoreError> {
     let s = &order.state;
-    tx.execute(
+    tx.query(
         "INSERT INTO orders_aggregate (order_id, customer_id, order_date, version, lines,
             first_line, ship_date, ship_mode, shipped)
         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-        &[
-            SqlValue::Text(&s.id),
-            SqlValue::Text(&s.customer_id),
-            SqlValue::Text(&s.order_date.format(DATE).to_string()),
-            SqlValue::Int(i64_of(s.version)),
-            SqlValue::Int(i64::from(s.lines)),
-            SqlValue::Int(i64_of(order.first_line)),
-            SqlValue::Text(&order.ship_date.format(DATE).to_string()),
-            SqlValue::Text(&order.ship_mode),
-            SqlValue::Int(i64::from(s.shipped)),
-        ],
     )
+    .bind(&s.id)
+    .bind(&s.customer_id)
+    .bind(s.order_date.format(DATE).to_string())
+    .bind(i64_of(s.version))
+    .bind(s.lines)
+    .bind(i64_of(order.first_line))
+    .bind(order.ship_date.format(DATE).to_string())
+    .bind(&order.ship_mode)
+    .bind(i64::from(s.shipped))
+    .execute()
     .await?;
     Ok(())
 }
@@ -185,17 +172,16 @@ pub async fn update_order(
     loaded_version: u64,
 ) -> Result<bool, StoreError> {
     let n = tx
-        .execute(
+        .query(
             "UPDATE orders_aggregate SET version = $1, lines = $2, shipped = $3
             WHERE order_id = $4 AND version = $5",
-            &[
-                SqlValue::Int(i64_of(state.version)),
-                SqlValue::Int(i64::from(state.lines)),
-                SqlValue::Int(i64::from(state.shipped)),
-                SqlValue::Text(&state.id),
-                SqlValue::Int(i64_of(loaded_version)),
-            ],
         )
+        .bind(i64_of(state.version))
+        .bind(state.lines)
+        .bind(i64::from(state.shipped))
+        .bind(&state.id)
+        .bind(i64_of(loaded_version))
+        .execute()
         .await?;
     Ok(n == 1)
 }

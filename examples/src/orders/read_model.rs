@@ -4,11 +4,10 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use event_runtime::sqlx;
 use event_runtime::{DeadLetter, DeadLetterFilter, Store, StoreError};
 use rust_decimal::Decimal;
 
-use super::sql::{from_units, on_pool};
+use super::sql::from_units;
 
 /// Revenue of one region.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -176,134 +175,145 @@ fn count(n: i64) -> u64 {
 /// The database failed.
 pub async fn read(store: &Store) -> Result<ReadModel, StoreError> {
     let mut m = ReadModel::default();
-    on_pool!(store, |p| {
-        let regions: Vec<(String, i64, i64, i64, i64)> = sqlx::query_as(
-            "SELECT region, lines, quantity, sales, profit FROM orders_revenue_by_region",
-        )
-        .fetch_all(p)
+    let regions = store
+        .query("SELECT region, lines, quantity, sales, profit FROM orders_revenue_by_region")
+        .fetch_all()
         .await?;
-        for (region, lines, quantity, sales, profit) in regions {
-            m.regions.insert(
-                region,
-                Revenue {
-                    lines: count(lines),
-                    quantity: count(quantity),
-                    sales: from_units(sales),
-                    profit: from_units(profit),
-                },
-            );
-        }
+    for r in regions {
+        m.regions.insert(
+            r.get("region")?,
+            Revenue {
+                lines: count(r.get("lines")?),
+                quantity: count(r.get("quantity")?),
+                sales: from_units(r.get("sales")?),
+                profit: from_units(r.get("profit")?),
+            },
+        );
+    }
 
-        let currencies: Vec<(String, i64, i64, i64)> = sqlx::query_as(
-            "SELECT COALESCE(currency, 'unknown'), COUNT(*), CAST(SUM(lines) AS BIGINT),
-                CAST(SUM(sales) AS BIGINT)
+    let currencies = store
+        .query(
+            "SELECT COALESCE(currency, 'unknown') AS currency, COUNT(*) AS orders,
+                CAST(SUM(lines) AS BIGINT) AS lines, CAST(SUM(sales) AS BIGINT) AS sales
             FROM orders_order_sales GROUP BY COALESCE(currency, 'unknown')",
         )
-        .fetch_all(p)
+        .fetch_all()
         .await?;
-        for (currency, orders, lines, sales) in currencies {
-            m.currencies.insert(
-                currency,
-                CurrencySales {
-                    orders: count(orders),
-                    lines: count(lines),
-                    sales: from_units(sales),
-                },
-            );
-        }
+    for r in currencies {
+        m.currencies.insert(
+            r.get("currency")?,
+            CurrencySales {
+                orders: count(r.get("orders")?),
+                lines: count(r.get("lines")?),
+                sales: from_units(r.get("sales")?),
+            },
+        );
+    }
 
-        let customers: Vec<(String, String, i64, i64, i64)> = sqlx::query_as(
-            "SELECT customer_id, segment, orders, lines, sales FROM orders_customers",
+    let customers = store
+        .query("SELECT customer_id, segment, orders, lines, sales FROM orders_customers")
+        .fetch_all()
+        .await?;
+    for r in customers {
+        let customer = Customer {
+            segment: r.get("segment")?,
+            orders: count(r.get("orders")?),
+            lines: count(r.get("lines")?),
+            sales: from_units(r.get("sales")?),
+        };
+        let s = m.segments.entry(customer.segment.clone()).or_default();
+        s.orders += customer.orders;
+        s.sales += customer.sales;
+        if customer.orders > 0 {
+            s.customers += 1;
+        }
+        m.customers.insert(r.get("customer_id")?, customer);
+    }
+
+    let lead_times = store
+        .query("SELECT ship_mode, days, orders FROM orders_lead_times")
+        .fetch_all()
+        .await?;
+    for r in lead_times {
+        m.lead_times
+            .entry(r.get("ship_mode")?)
+            .or_default()
+            .add(r.get("days")?, count(r.get("orders")?));
+    }
+
+    let sent = store
+        .query(
+            "SELECT COUNT(*) AS sent, COUNT(DISTINCT order_id) AS orders
+            FROM orders_notifications",
         )
-        .fetch_all(p)
+        .fetch_one()
         .await?;
-        for (id, segment, orders, lines, sales) in customers {
-            let customer = Customer {
-                segment,
-                orders: count(orders),
-                lines: count(lines),
-                sales: from_units(sales),
-            };
-            let s = m.segments.entry(customer.segment.clone()).or_default();
-            s.orders += customer.orders;
-            s.sales += customer.sales;
-            if customer.orders > 0 {
-                s.customers += 1;
-            }
-            m.customers.insert(id, customer);
-        }
+    m.notifications = count(sent.get("sent")?);
+    m.notified_orders = count(sent.get("orders")?);
+    // Event ids are UUIDv7, created in shipping order by one process.
+    m.first_confirmation = store
+        .query("SELECT body FROM orders_notifications ORDER BY event_id LIMIT 1")
+        .fetch_optional()
+        .await?
+        .map(|r| r.get("body"))
+        .transpose()?;
+    let exported = store
+        .query("SELECT COUNT(*) AS n FROM orders_erp_export")
+        .fetch_one()
+        .await?;
+    m.erp_exported = count(exported.get("n")?);
 
-        let lead_times: Vec<(String, i64, i64)> =
-            sqlx::query_as("SELECT ship_mode, days, orders FROM orders_lead_times")
-                .fetch_all(p)
-                .await?;
-        for (mode, days, orders) in lead_times {
-            m.lead_times
-                .entry(mode)
-                .or_default()
-                .add(days, count(orders));
-        }
-
-        let (sent, orders): (i64, i64) =
-            sqlx::query_as("SELECT COUNT(*), COUNT(DISTINCT order_id) FROM orders_notifications")
-                .fetch_one(p)
-                .await?;
-        m.notifications = count(sent);
-        m.notified_orders = count(orders);
-        // Event ids are UUIDv7, created in shipping order by one process.
-        m.first_confirmation =
-            sqlx::query_scalar("SELECT body FROM orders_notifications ORDER BY event_id LIMIT 1")
-                .fetch_optional(p)
-                .await?;
-        let exported: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM orders_erp_export")
-            .fetch_one(p)
-            .await?;
-        m.erp_exported = count(exported);
-
-        let imported: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM orders_imported_rows")
-            .fetch_one(p)
-            .await?;
-        m.imported_rows = count(imported);
-        let rejected: Vec<(i64, i64, Option<String>)> = sqlx::query_as(
+    let imported = store
+        .query("SELECT COUNT(*) AS n FROM orders_imported_rows")
+        .fetch_one()
+        .await?;
+    m.imported_rows = count(imported.get("n")?);
+    let rejected = store
+        .query(
             "SELECT row_id, line, reason FROM orders_imported_rows WHERE status = 'rejected'
             ORDER BY line, row_id",
         )
-        .fetch_all(p)
+        .fetch_all()
         .await?;
-        m.rejections = rejected
-            .into_iter()
-            .map(|(row_id, line, reason)| Rejection {
-                row_id: count(row_id),
-                line: count(line),
-                reason: reason.unwrap_or_default(),
+    m.rejections = rejected
+        .iter()
+        .map(|r| {
+            Ok(Rejection {
+                row_id: count(r.get("row_id")?),
+                line: count(r.get("line")?),
+                reason: r.get::<Option<String>>("reason")?.unwrap_or_default(),
             })
-            .collect();
+        })
+        .collect::<Result<_, StoreError>>()?;
 
-        let events: Vec<(String, i64)> =
-            sqlx::query_as("SELECT name, COUNT(*) FROM event_outbox GROUP BY name")
-                .fetch_all(p)
-                .await?;
-        m.events_by_name = events.into_iter().map(|(n, c)| (n, count(c))).collect();
+    let events = store
+        .query("SELECT name, COUNT(*) AS n FROM event_outbox GROUP BY name")
+        .fetch_all()
+        .await?;
+    for r in events {
+        m.events_by_name.insert(r.get("name")?, count(r.get("n")?));
+    }
 
-        let deliveries: Vec<(String, String, i64, i64)> = sqlx::query_as(
-            "SELECT handler, status, COUNT(*),
-                CAST(COALESCE(SUM(CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END), 0) AS BIGINT)
+    let deliveries = store
+        .query(
+            "SELECT handler, status, COUNT(*) AS n,
+                CAST(COALESCE(SUM(CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END), 0)
+                    AS BIGINT) AS retries
             FROM event_deliveries GROUP BY handler, status",
         )
-        .fetch_all(p)
+        .fetch_all()
         .await?;
-        for (handler, status, n, retries) in deliveries {
-            let d = m.deliveries.entry(handler).or_default();
-            let n = count(n);
-            match status.as_str() {
-                "completed" => d.completed += n,
-                "dead" => d.dead += n,
-                "purged" => d.purged += n,
-                _ => d.pending += n,
-            }
-            d.retries += count(retries);
+    for r in deliveries {
+        let d = m.deliveries.entry(r.get("handler")?).or_default();
+        let n = count(r.get("n")?);
+        match r.get::<String>("status")?.as_str() {
+            "completed" => d.completed += n,
+            "dead" => d.dead += n,
+            "purged" => d.purged += n,
+            _ => d.pending += n,
         }
-    });
+        d.retries += count(r.get("retries")?);
+    }
     m.dead_letters = store.dead_letters(&DeadLetterFilter::default()).await?;
     Ok(m)
 }

@@ -23,42 +23,6 @@ use event_runtime::{Store, StoreError};
 use rust_decimal::prelude::ToPrimitive;
 use rust_decimal::Decimal;
 
-/// Runs `$body` with `$c` bound to the open transaction's connection
-/// (`&mut sqlx::SqliteConnection` or `&mut sqlx::PgConnection`): for the queries that
-/// [`Tx::execute`](event_runtime::Tx::execute) and `fetch_i64` do not cover (rows of several
-/// columns, text). The body is compiled once per backend.
-macro_rules! on_conn {
-    ($tx:expr, |$c:ident| $body:expr) => {{
-        let tx: &mut event_runtime::Tx = $tx;
-        if tx.sqlite().is_some() {
-            let $c: &mut event_runtime::sqlx::SqliteConnection =
-                tx.sqlite().expect("checked above");
-            $body
-        } else {
-            let $c: &mut event_runtime::sqlx::PgConnection = tx
-                .postgres()
-                .expect("event-runtime has no other store backend");
-            $body
-        }
-    }};
-}
-pub(crate) use on_conn;
-
-/// Runs `$body` with `$p` bound to the store's pool (`&sqlx::SqlitePool` or
-/// `&sqlx::PgPool`): for reads outside a unit of work, which need no write lock.
-macro_rules! on_pool {
-    ($store:expr, |$p:ident| $body:expr) => {
-        if let Some($p) = $store.sqlite_pool() {
-            $body
-        } else if let Some($p) = $store.pg_pool() {
-            $body
-        } else {
-            unreachable!("event-runtime has no other store backend")
-        }
-    };
-}
-pub(crate) use on_pool;
-
 /// The example's tables, in creation order.
 const TABLES: [&str; 9] = [
     "CREATE TABLE IF NOT EXISTS orders_aggregate (
@@ -132,7 +96,7 @@ const TABLES: [&str; 9] = [
 pub async fn create_tables(store: &Store) -> Result<(), StoreError> {
     let mut tx = store.begin().await?;
     for ddl in TABLES {
-        tx.execute(ddl, &[]).await?;
+        tx.query(ddl).execute().await?;
     }
     tx.commit().await
 }

@@ -16,9 +16,10 @@ pub(crate) enum Arg<'a> {
     Bool(bool),
     Str(&'a str),
     OptStr(Option<&'a str>),
-    /// SQL NULL where the type does not matter (bound as a nullable integer).
-    Null,
 }
+
+/// A statement of driver `DB` with its arguments bound.
+pub(crate) type SqlxQuery<'q, DB> = sqlx::query::Query<'q, DB, <DB as Database>::Arguments>;
 
 /// Statements and typed reads on a connection of the driver `Self`.
 pub(crate) trait SqlExec: Database {
@@ -42,8 +43,20 @@ pub(crate) trait SqlExec: Database {
         sql: &'c str,
     ) -> BoxFuture<'c, Result<(), sqlx::Error>>;
 
+    /// Runs a query already bound (the portable API's); the driver's result.
+    fn exec_query<'c>(
+        conn: &'c mut Self::Connection,
+        q: SqlxQuery<'c, Self>,
+    ) -> BoxFuture<'c, Result<Self::QueryResult, sqlx::Error>>;
+
+    /// Runs a query already bound; every row, or only the first with `first_only`.
+    fn fetch_query<'c>(
+        conn: &'c mut Self::Connection,
+        q: SqlxQuery<'c, Self>,
+        first_only: bool,
+    ) -> BoxFuture<'c, Result<Vec<Self::Row>, sqlx::Error>>;
+
     fn get_i64(row: &Self::Row, col: &str) -> Result<i64, sqlx::Error>;
-    fn get_first_i64(row: &Self::Row) -> Result<i64, sqlx::Error>;
     fn get_opt_i64(row: &Self::Row, col: &str) -> Result<Option<i64>, sqlx::Error>;
     fn get_string(row: &Self::Row, col: &str) -> Result<String, sqlx::Error>;
     fn get_opt_string(row: &Self::Row, col: &str) -> Result<Option<String>, sqlx::Error>;
@@ -68,7 +81,6 @@ where
             Arg::Bool(v) => q.bind(v),
             Arg::Str(v) => q.bind(v),
             Arg::OptStr(v) => q.bind(v),
-            Arg::Null => q.bind(None::<i64>),
         };
     }
     q
@@ -106,6 +118,27 @@ where
         Box::pin(async move { q.fetch_all(conn).await })
     }
 
+    fn exec_query<'c>(
+        conn: &'c mut DB::Connection,
+        q: SqlxQuery<'c, DB>,
+    ) -> BoxFuture<'c, Result<DB::QueryResult, sqlx::Error>> {
+        Box::pin(async move { q.execute(conn).await })
+    }
+
+    fn fetch_query<'c>(
+        conn: &'c mut DB::Connection,
+        q: SqlxQuery<'c, DB>,
+        first_only: bool,
+    ) -> BoxFuture<'c, Result<Vec<DB::Row>, sqlx::Error>> {
+        Box::pin(async move {
+            if first_only {
+                Ok(q.fetch_optional(conn).await?.into_iter().collect())
+            } else {
+                q.fetch_all(conn).await
+            }
+        })
+    }
+
     fn exec_script<'c>(
         conn: &'c mut DB::Connection,
         sql: &'c str,
@@ -122,9 +155,6 @@ where
     }
     fn get_opt_i64(row: &DB::Row, col: &str) -> Result<Option<i64>, sqlx::Error> {
         row.try_get(col)
-    }
-    fn get_first_i64(row: &DB::Row) -> Result<i64, sqlx::Error> {
-        row.try_get(0usize)
     }
     fn get_string(row: &DB::Row, col: &str) -> Result<String, sqlx::Error> {
         row.try_get(col)

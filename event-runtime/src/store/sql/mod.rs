@@ -16,23 +16,25 @@ use std::any::{Any, TypeId};
 use std::collections::HashSet;
 use std::fmt;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::migrate::Migrator;
-use sqlx::{Database, Pool};
+use sqlx::{Column, Database, Pool, Row as _};
 use uuid::Uuid;
 
-use self::exec::{Arg, SqlExec};
+use self::exec::{Arg, SqlExec, SqlxQuery};
 use super::backend::{
     Backend, BackendTransaction, ClaimRequest, ClaimedDelivery, NewEvent, Pause, PurgeStep,
     ResolutionSelection, SettleResult, Settlement,
 };
-use super::tx::SqlValue;
+use super::query::Row;
 use super::types::{
     AuditEntry, DeadLetter, DeadLetterCount, DeadLetterFilter, OutboxStats, PausedDestination,
     Resolution,
 };
+use super::value::Datum;
 use super::{StoreError, Tx};
 
 /// The connection type of a dialect's driver.
@@ -139,6 +141,13 @@ pub(crate) trait Dialect: Send + Sync + Sized + fmt::Debug + 'static {
 
     /// Kills the database connection under `conn` (fault injection).
     fn kill(conn: &mut Conn<Self>) -> impl Future<Output = ()> + Send;
+
+    /// Binds the next placeholder of `q` to `value`, stored the way this database keeps that
+    /// type (the portable API: what one dialect writes, every other reads back equal).
+    fn bind<'q>(q: SqlxQuery<'q, Self::DB>, value: &Datum) -> SqlxQuery<'q, Self::DB>;
+
+    /// Column `index` of `row` as the datum it holds.
+    fn datum(row: &<Self::DB as Database>::Row, index: usize) -> Datum;
 }
 
 /// An outbox store over one sqlx pool of dialect `D`.
@@ -229,14 +238,50 @@ pub(crate) async fn rows<D: Dialect>(
     D::DB::rows(conn, sql, args).await.map_err(db)
 }
 
-fn sql_args<'a>(args: &'a [SqlValue<'a>]) -> Vec<Arg<'a>> {
-    args.iter()
-        .map(|a| match *a {
-            SqlValue::Int(v) => Arg::I64(v),
-            SqlValue::Text(v) => Arg::Str(v),
-            SqlValue::Null => Arg::Null,
+fn portable_query<'q, D: Dialect>(sql: &'q str, args: &[Datum]) -> SqlxQuery<'q, D::DB> {
+    // The application's SQL text: values go through `bind`, never into the text.
+    let mut q = sqlx::query::<D::DB>(sqlx::AssertSqlSafe(sql));
+    for a in args {
+        q = D::bind(q, a);
+    }
+    q
+}
+
+/// Runs a portable statement on `conn`; rows affected.
+async fn portable_execute<D: Dialect>(
+    conn: &mut Conn<D>,
+    sql: &str,
+    args: &[Datum],
+) -> Result<u64, StoreError> {
+    let q = portable_query::<D>(sql, args);
+    let r = D::DB::exec_query(conn, q).await.map_err(db)?;
+    Ok(D::rows_affected(&r))
+}
+
+/// Runs a portable query on `conn`; its rows as data.
+async fn portable_fetch<D: Dialect>(
+    conn: &mut Conn<D>,
+    sql: &str,
+    args: &[Datum],
+    first_only: bool,
+) -> Result<Vec<Row>, StoreError> {
+    let q = portable_query::<D>(sql, args);
+    let rows = D::DB::fetch_query(conn, q, first_only).await.map_err(db)?;
+    let Some(first) = rows.first() else {
+        return Ok(Vec::new());
+    };
+    let columns: Arc<[String]> = first
+        .columns()
+        .iter()
+        .map(|c| c.name().to_owned())
+        .collect();
+    Ok(rows
+        .iter()
+        .map(|r| {
+            let values = (0..columns.len()).map(|i| D::datum(r, i)).collect();
+            Row::new(columns.clone(), values)
         })
-        .collect()
+        .collect())
 }
 
 #[async_trait]
@@ -259,6 +304,21 @@ impl<D: Dialect> Backend for SqlStore<D> {
 
     async fn has_outbox(&self) -> Result<bool, StoreError> {
         maintenance::has_outbox::<D>(&self.pool).await
+    }
+
+    async fn execute(&self, sql: &str, args: &[Datum]) -> Result<u64, StoreError> {
+        let mut conn = self.pool.acquire().await.map_err(db)?;
+        portable_execute::<D>(&mut conn, sql, args).await
+    }
+
+    async fn fetch(
+        &self,
+        sql: &str,
+        args: &[Datum],
+        first_only: bool,
+    ) -> Result<Vec<Row>, StoreError> {
+        let mut conn = self.pool.acquire().await.map_err(db)?;
+        portable_fetch::<D>(&mut conn, sql, args, first_only).await
     }
 
     async fn begin(&self) -> Result<Tx, StoreError> {
@@ -508,22 +568,17 @@ impl<D: Dialect> BackendTransaction for SqlTx<D> {
         tx.rollback().await.map_err(db)
     }
 
-    async fn execute(&mut self, sql: &str, args: &[SqlValue<'_>]) -> Result<u64, StoreError> {
-        let args = sql_args(args);
-        execute::<D>(self.conn(), sql, &args).await
+    async fn execute(&mut self, sql: &str, args: &[Datum]) -> Result<u64, StoreError> {
+        portable_execute::<D>(self.conn(), sql, args).await
     }
 
-    async fn fetch_i64(
+    async fn fetch(
         &mut self,
         sql: &str,
-        args: &[SqlValue<'_>],
-    ) -> Result<Option<i64>, StoreError> {
-        let args = sql_args(args);
-        let rows = rows::<D>(self.conn(), sql, &args).await?;
-        match rows.first() {
-            None => Ok(None),
-            Some(row) => Ok(Some(D::DB::get_first_i64(row).map_err(db)?)),
-        }
+        args: &[Datum],
+        first_only: bool,
+    ) -> Result<Vec<Row>, StoreError> {
+        portable_fetch::<D>(self.conn(), sql, args, first_only).await
     }
 
     async fn append_events(
