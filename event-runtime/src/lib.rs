@@ -189,8 +189,8 @@ pub use outbox::{
     SystemClock, Workers, MAX_ERROR_BYTES, MIN_LEASE,
 };
 pub use store::{
-    AuditEntry, ConnectOptions, DeadLetter, DeadLetterFilter, DeadLetterReason, HandlerStats,
-    OutboxStats, PausedDestination, Resolution, SqlValue, Store, StoreError, Tx,
+    AuditEntry, BrokerMetadata, ConnectOptions, DeadLetter, DeadLetterFilter, DeadLetterReason,
+    HandlerStats, OutboxStats, PausedDestination, Resolution, SqlValue, Store, StoreError, Tx,
 };
 /// Re-exported: the token [`Outbox::spawn_workers_with`] stops on.
 pub use tokio_util::sync::CancellationToken;

@@ -36,6 +36,11 @@ fn dead_letter_from_row<D: Dialect>(
             .map_err(db)?
             .map(from_ms),
         resolution: D::DB::get_opt_string(r, "resolution").map_err(db)?,
+        broker: D::DB::get_opt_string(r, "broker")
+            .map_err(db)?
+            .map(|b| serde_json::from_str(&b))
+            .transpose()
+            .map_err(|e| StoreError::Corrupt(format!("dead letter broker: {e}")))?,
     })
 }
 
@@ -45,7 +50,7 @@ pub(crate) async fn list<D: Dialect>(
 ) -> Result<Vec<DeadLetter>, StoreError> {
     const SQL: &str =
         "SELECT id, event_id, handler, name, version, envelope, attempts, first_failed_at,
-            last_failed_at, reason, error_chain, dead_at, resolved_at, resolution
+            last_failed_at, reason, error_chain, dead_at, resolved_at, resolution, broker
         FROM event_dead_letters
         WHERE ($1 OR resolved_at IS NULL)
           AND ($2 IS NULL OR handler = $2)
@@ -89,8 +94,10 @@ pub(crate) async fn resolve<D: Dialect>(
     now: i64,
     progress: &mut (dyn FnMut(usize) + Send),
 ) -> Result<(AuditEntry, Vec<StreamKey>), StoreError> {
+    // An inbox's dead letter has no delivery to replay: its inbox replays it (it decodes).
     const MARK: &str = "UPDATE event_dead_letters SET resolved_at = $1, resolution = $2
-        WHERE id = $3 AND resolved_at IS NULL RETURNING handler, event_id";
+        WHERE id = $3 AND resolved_at IS NULL AND ($2 = 'purged' OR kind = 'delivery')
+        RETURNING handler, event_id";
     // A replayed delivery is the head of its run again (it was when it died).
     const REPLAY: &str = "UPDATE event_deliveries SET status = 'pending', attempts = 0, next_attempt_at = $1,
             lease_token = NULL, ready = TRUE, last_error = NULL, first_failed_at = NULL, last_failed_at = NULL
