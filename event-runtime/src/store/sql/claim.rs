@@ -5,7 +5,7 @@
 use sqlx::{Database, Pool};
 use uuid::Uuid;
 
-use super::exec::{placeholders, Arg, SqlExec};
+use super::exec::{Arg, SqlExec};
 use super::{db, execute, rows, Conn, Dialect};
 use crate::store::backend::{ClaimRequest, ClaimedDelivery};
 use crate::store::StoreError;

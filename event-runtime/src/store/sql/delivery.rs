@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use sqlx::Pool;
 
 use super::append::{promote, StreamKey};
-use super::exec::{placeholders, Arg, SqlExec};
+use super::exec::{Arg, SqlExec};
 use super::{db, execute, rows, Conn, Dialect};
 use crate::store::backend::{Pause, SettleOutcome, SettleResult, Settlement};
 use crate::store::types::PausedDestination;

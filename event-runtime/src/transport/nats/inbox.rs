@@ -183,7 +183,7 @@ impl std::fmt::Debug for NatsInbox {
 }
 
 enum Refused {
-    Poison(DeadLetterReason, Vec<String>, Option<RawEnvelope>),
+    Poison(DeadLetterReason, Vec<String>, Option<Box<RawEnvelope>>),
 }
 
 impl NatsInbox {
@@ -279,7 +279,7 @@ impl NatsInbox {
                 Ok(m) => messages.push(m),
                 Err(e) => {
                     if messages.is_empty() {
-                        return Err(NatsError::Broker("fetch", e.into()));
+                        return Err(NatsError::Broker("fetch", e));
                     }
                     break;
                 }
@@ -389,7 +389,7 @@ impl NatsInbox {
                     }
                     _ => DeadLetterReason::Undecodable,
                 };
-                Err(Refused::Poison(reason, chain(&e), Some(raw)))
+                Err(Refused::Poison(reason, chain(&e), Some(Box::new(raw))))
             }
         }
     }
@@ -526,7 +526,7 @@ async fn insert_dead_letter(
     m: &jetstream::Message,
     reason: DeadLetterReason,
     chain: &[String],
-    raw: Option<RawEnvelope>,
+    raw: Option<Box<RawEnvelope>>,
     now: i64,
 ) -> Result<(), crate::OutboxError> {
     let info = m.info().ok();
