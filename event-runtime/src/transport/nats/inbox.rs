@@ -252,6 +252,28 @@ impl NatsInbox {
         &self.outbox
     }
 
+    /// Its configuration.
+    pub fn config(&self) -> &InboxConfig {
+        &self.config
+    }
+
+    /// Messages delivered to this consumer and not acknowledged (a crashed instance's batch:
+    /// redelivered once `ack_wait` has passed), from the server.
+    ///
+    /// # Errors
+    /// [`NatsError::Broker`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn ack_pending(&self) -> Result<usize, NatsError> {
+        let mut consumer = self.consumer.clone();
+        let info = consumer
+            .info()
+            .await
+            .map_err(NatsError::broker("consumer info"))?;
+        Ok(info.num_ack_pending)
+    }
+
     /// Fetches one batch (waiting up to [`InboxConfig::fetch_wait`]) and commits it into the
     /// outbox in one transaction: every accepted event (an id already there is skipped), and
     /// every message that cannot be accepted as a dead letter with its broker metadata. Acks

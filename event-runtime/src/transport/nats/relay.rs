@@ -38,7 +38,9 @@ pub struct RelayConfig {
     pub events: Option<HashSet<String>>,
     /// A subject per event name instead of `<prefix>.<name>`.
     pub subjects: HashMap<String, String>,
-    /// The relay's retry policy (default: 8 attempts, 1 s doubling to 30 s).
+    /// The relay's retry policy (default: 6 attempts, 1 s doubling to 30 s: with the time
+    /// limits and a lease, a horizon of 107 s, inside NATS's default duplicate window of 2 min).
+    /// Losing the connection uses no attempt.
     pub retry: RetryPolicy,
     /// How long to wait for the server to take and acknowledge one publish (default 5 s). A
     /// timeout is ambiguous (the server may have stored it): the retry reuses the message id.
@@ -63,7 +65,7 @@ impl RelayConfig {
             events: None,
             subjects: HashMap::new(),
             retry: RetryPolicy {
-                max_attempts: 8,
+                max_attempts: 6,
                 initial_backoff: Duration::from_secs(1),
                 max_backoff: Duration::from_secs(30),
             },
