@@ -751,3 +751,48 @@ async fn the_official_python_client_and_cloudevents_sdk_read_every_published_eve
     }
     js.delete_stream(&stream).await.unwrap();
 }
+
+#[tokio::test]
+async fn events_nats_stream_create_then_check_and_a_check_that_asks_for_more_fails() {
+    let Some(client) = nats("cli_stream").await else {
+        return;
+    };
+    let url = std::env::var("EVENTS_TEST_NATS_URL").unwrap();
+    let (stream, prefix) = names();
+    let subject = format!("{prefix}.>");
+    let cli = |args: &[&str]| {
+        let mut argv = vec!["events", "nats", "stream"];
+        argv.extend_from_slice(args);
+        argv.iter().map(|s| s.to_string()).collect::<Vec<_>>()
+    };
+    let run = |argv: Vec<String>| async move {
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let code = event_runtime::cli::run_with_output(
+            argv,
+            event_runtime::cli::App::standalone(),
+            &mut out,
+            &mut err,
+        )
+        .await;
+        (
+            code == std::process::ExitCode::SUCCESS,
+            String::from_utf8(out).unwrap(),
+            String::from_utf8(err).unwrap(),
+        )
+    };
+    let base = ["--nats", &url, "--subject", &subject];
+    let mut create = cli(&["create", &stream]);
+    create.extend(base.iter().map(|s| s.to_string()));
+    let (ok, out, err) = run(create).await;
+    assert!(ok, "{err}");
+    assert!(out.contains(&format!("stream {stream}: ok")), "{out}");
+    assert!(out.contains("duplicate window  120 s"), "{out}");
+    let mut check = cli(&["check", &stream]);
+    check.extend(base.iter().map(|s| s.to_string()));
+    assert!(run(check.clone()).await.0);
+    check.extend(["--duplicate-window".to_owned(), "600".to_owned()]);
+    let (ok, _, err) = run(check).await;
+    assert!(!ok);
+    assert!(err.contains("duplicate_window is 120s"), "{err}");
+    jetstream::new(client).delete_stream(&stream).await.unwrap();
+}
