@@ -146,6 +146,10 @@ impl std::fmt::Debug for NatsRelay {
 
 impl NatsRelay {
     /// A relay over `client` (which reconnects on its own).
+    ///
+    /// # Panics
+    /// Outside a Tokio runtime: its JetStream context spawns a task that collects publish
+    /// acknowledgements.
     pub fn new(client: async_nats::Client, config: RelayConfig) -> Arc<NatsRelay> {
         let js = jetstream::context::ContextBuilder::new()
             .timeout(config.publish_timeout)
