@@ -144,7 +144,9 @@ struct Summary {
 async fn run(args: &Args) -> Result<Summary, Box<dyn std::error::Error>> {
     let started = Instant::now();
     let mut options = ConnectOptions::default();
-    options.schema = args.schema.clone();
+    if let Some(schema) = &args.schema {
+        options = options.schema(schema);
+    }
     let store = Store::connect_with(&args.database, &options).await?;
     let mut tx = store.begin().await?;
     for sql in TABLES {
