@@ -196,9 +196,9 @@ pub use outbox::{
     PurgeReport, Routing, SystemClock, Workers, MAX_ERROR_BYTES, MIN_LEASE,
 };
 pub use store::{
-    AuditEntry, ConnectOptions, DeadLetter, DeadLetterFilter, DeadLetterReason, FromSql,
-    HandlerStats, OutboxStats, PausedDestination, Query, Resolution, Row, SqlValue, Store,
-    StoreError, ToSql, Tx,
+    AuditEntry, BrokerMetadata, ConnectOptions, DeadLetter, DeadLetterFilter, DeadLetterReason,
+    FromSql, HandlerStats, OutboxStats, PausedDestination, Query, Resolution, Row, SqlValue,
+    Store, StoreError, ToSql, Tx,
 };
 /// Re-exported: the token [`Outbox::spawn_workers_with`] stops on.
 pub use tokio_util::sync::CancellationToken;

@@ -133,7 +133,7 @@ async fn an_outbox_written_by_release_0_1_0_is_migrated_and_delivers_everything(
             "{label}"
         );
         assert!(
-            count(&store, "SELECT COUNT(*) FROM _event_outbox_migrations").await >= 2,
+            count(&store, "SELECT COUNT(*) FROM _event_outbox_migrations").await >= 3,
             "{label}"
         );
         let outbox = Outbox::builder(store.clone())
@@ -178,6 +178,18 @@ async fn an_outbox_written_by_release_0_1_0_is_migrated_and_delivers_everything(
         assert_eq!(dead.len(), 1);
         assert_eq!(dead[0].reason, "permanent");
         assert_eq!(dead[0].error_chain, ["account frozen"]);
+        // Schema v3 (inbox dead letters): a delivery's dead letter of 0.1.0 is of kind
+        // `delivery`, with no broker metadata.
+        assert_eq!(dead[0].broker, None, "{label}");
+        assert_eq!(
+            count(
+                &store,
+                "SELECT COUNT(*) FROM event_dead_letters WHERE kind = 'delivery' AND broker IS NULL"
+            )
+            .await,
+            1,
+            "{label}"
+        );
         store
             .resolve_dead_letters(&[dead[0].id], Resolution::Purge, "test", "frozen for good")
             .await

@@ -58,6 +58,10 @@ pub(super) enum Command {
     /// Check that every pending delivery and dead letter can be decoded by this application
     /// (embedded only; needs --database)
     Check,
+    /// NATS JetStream: create or check the stream the relay publishes to (feature `nats`)
+    #[cfg(feature = "nats")]
+    #[command(subcommand)]
+    Nats(super::nats::NatsCommand),
 }
 
 #[derive(Debug, Subcommand)]

@@ -17,6 +17,8 @@
 //!   handler resume NAME [--reason TEXT] [--actor WHO]
 //!   catalog [--json]      (embedded only: the application's event types)
 //!   check                 (embedded only: every pending delivery and dead letter decodes)
+//!   nats stream create|check [NAME] [--nats URL] [--subject S]... [--duplicate-window SECS]
+//!                         [--max-msg-size BYTES]   (feature `nats`; NATS only, no database)
 //! ```
 //!
 //! - `--database URL` (or `EVENTS_DATABASE_URL`) names the store: `sqlite://PATH` or
@@ -147,6 +149,8 @@ mod connect;
 mod dlq;
 mod format;
 mod handler;
+#[cfg(feature = "nats")]
+mod nats;
 mod resolve;
 mod stats;
 
@@ -280,6 +284,10 @@ pub enum CliError {
         /// The command.
         command: &'static str,
     },
+    /// NATS refused or could not be reached (`events nats …`, feature `nats`).
+    #[cfg(feature = "nats")]
+    #[error("NATS JetStream")]
+    Nats(#[source] crate::transport::nats::NatsError),
     /// The command was refused (an empty reason or actor, a bulk operation not confirmed).
     #[error("{0}")]
     Refused(String),
@@ -513,6 +521,8 @@ async fn execute_io(cli: Cli, app: App<'_>, io: &mut Io<'_>) -> Result<(), CliEr
             let registry = app.registry.ok_or_else(|| no_registry(&app, "check"))?;
             catalog::check(&target.connect().await?, registry, io).await
         }
+        #[cfg(feature = "nats")]
+        Command::Nats(nats::NatsCommand::Stream(command)) => nats::stream(command, io).await,
     }
 }
 

@@ -4,6 +4,7 @@
 
 use event_core::{AnyEnvelope, DeliveryMode, DomainEvent, Envelope};
 
+use super::destination::Target;
 use super::{Outbox, OutboxError};
 use crate::dispatch::dispatcher::Phase;
 use crate::dispatch::{CommitError, DispatchReport};
@@ -35,6 +36,16 @@ pub struct OutboxUnitOfWork<'o> {
     outbox: &'o Outbox,
     tx: Option<Tx>,
     pending: Vec<Box<dyn AnyEnvelope>>,
+    /// Aligned with `pending`: how a received event is stored (a transport's inbox).
+    received: Vec<Option<Received>>,
+}
+
+/// An event received from another service: stored with the JSON as received, under an
+/// aggregate key that names its producer, and delivered to local handlers only.
+#[derive(Debug)]
+pub(crate) struct Received {
+    pub(crate) json: String,
+    pub(crate) aggregate_type: String,
 }
 
 impl<'o> OutboxUnitOfWork<'o> {
@@ -43,6 +54,7 @@ impl<'o> OutboxUnitOfWork<'o> {
             outbox,
             tx: Some(tx),
             pending: Vec::new(),
+            received: Vec::new(),
         }
     }
 
@@ -56,11 +68,32 @@ impl<'o> OutboxUnitOfWork<'o> {
     /// Adds one envelope.
     pub fn add<E: DomainEvent>(&mut self, envelope: Envelope<E>) {
         self.pending.push(Box::new(envelope));
+        self.received.push(None);
     }
 
     /// Adds envelopes taken from a recorder.
     pub fn extend(&mut self, envelopes: impl IntoIterator<Item = Box<dyn AnyEnvelope>>) {
-        self.pending.extend(envelopes);
+        for envelope in envelopes {
+            self.pending.push(envelope);
+            self.received.push(None);
+        }
+    }
+
+    /// Adds an event received from another service (decoded from `json`, which is stored
+    /// as it is): its aggregate is keyed by `aggregate_type` (which names the producer, so
+    /// that it never collides with this service's own aggregates), and it gets deliveries to
+    /// local handlers only, never to a transport's relay.
+    pub(crate) fn add_received(
+        &mut self,
+        envelope: Box<dyn AnyEnvelope>,
+        json: String,
+        aggregate_type: String,
+    ) {
+        self.pending.push(envelope);
+        self.received.push(Some(Received {
+            json,
+            aggregate_type,
+        }));
     }
 
     /// The envelopes added so far.
@@ -105,7 +138,35 @@ impl<'o> OutboxUnitOfWork<'o> {
         let inner = &*outbox.inner;
         let mut tx = self.tx.take().expect("commit takes the transaction once");
         let mut rows = Vec::with_capacity(self.pending.len());
-        for envelope in &mut self.pending {
+        for (envelope, received) in self.pending.iter_mut().zip(&self.received) {
+            if let Some(r) = received {
+                let meta = envelope.metadata();
+                let routes = inner
+                    .routes
+                    .get(&envelope.event_type_id())
+                    .into_iter()
+                    .flatten()
+                    .filter(|r| {
+                        inner
+                            .destinations
+                            .get(&r.destination)
+                            .is_some_and(|d| !matches!(d.target, Target::External(_)))
+                    })
+                    .cloned()
+                    .collect();
+                rows.push(NewEvent {
+                    event_id: meta.id,
+                    name: envelope.name().to_owned(),
+                    version: envelope.version(),
+                    aggregate_type: r.aggregate_type.clone(),
+                    aggregate_id: meta.aggregate_id.clone(),
+                    sequence: meta.sequence,
+                    occurred_at: meta.occurred_at.timestamp_millis(),
+                    envelope: r.json.clone(),
+                    routes,
+                });
+                continue;
+            }
             if let Some(source) = &inner.config.source {
                 if envelope.metadata().source == event_core::DEFAULT_SOURCE {
                     envelope.metadata_mut().source = source.clone();

@@ -53,8 +53,9 @@ pub struct OutboxConfig {
     pub retention_batch: u32,
     /// The CloudEvents `source` written on envelopes that still have the default.
     pub source: Option<String>,
-    /// The largest envelope a commit accepts, in bytes of its JSON text (default 1 MiB, as
-    /// NATS's default maximum payload). A larger one fails the commit with
+    /// The largest envelope a commit accepts, in bytes of its JSON text (default 1 MiB less
+    /// 1 KiB: NATS's default maximum payload, 1 MiB, less room for the relay's headers, which
+    /// count against it). A larger one fails the commit with
     /// [`OutboxError::TooLarge`](crate::OutboxError::TooLarge) before anything is written.
     pub max_envelope_bytes: usize,
 }
@@ -72,7 +73,7 @@ impl Default for OutboxConfig {
             retention_interval: Duration::from_secs(60),
             retention_batch: 1_000,
             source: None,
-            max_envelope_bytes: 1 << 20,
+            max_envelope_bytes: (1 << 20) - 1024,
         }
     }
 }

@@ -41,8 +41,8 @@ pub use resolve::RESOLVE_PAGE;
 pub use query::{Query, Row};
 pub use tx::{SqlValue, Tx};
 pub use types::{
-    AuditEntry, DeadLetter, DeadLetterCount, DeadLetterFilter, DeadLetterReason, HandlerStats,
-    OutboxStats, PausedDestination, Resolution,
+    AuditEntry, BrokerMetadata, DeadLetter, DeadLetterCount, DeadLetterFilter, DeadLetterReason,
+    HandlerStats, OutboxStats, PausedDestination, Resolution,
 };
 pub use value::{timestamp_text, Datum, FromSql, SqlType, ToSql};
 
@@ -508,7 +508,11 @@ impl Store {
     /// Replays (`Replay`) or gives up on (`Purge`) the open dead letters `ids`, in one
     /// transaction with one audit row. Replay makes each delivery due now with attempts reset
     /// and the same event id; purge marks the delivery `purged` so that later events of the
-    /// aggregate flow. Returns the ids acted on (ids not open are skipped).
+    /// aggregate flow. Returns the ids acted on (ids not open are skipped). A message that a
+    /// transport's inbox could not accept ([`DeadLetter::broker`] is set) has no delivery to
+    /// replay and is skipped by `Replay`: its inbox replays it, committing it into the outbox
+    /// as if just received (`NatsInbox::replay_dead_letters`, feature `nats`); `Purge` purges
+    /// it.
     ///
     /// # Errors
     /// [`StoreError::Database`]; nothing is changed then.

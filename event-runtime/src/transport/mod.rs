@@ -1,3 +1,8 @@
 //! Transports that carry events out of the service and into it: each provides a relay (a
-//! destination of the delivery engine) and an inbox. None is built in yet; the NATS JetStream
-//! transport lands here behind the `nats` feature.
+//! destination of the delivery engine) and an inbox (which commits received events into this
+//! service's outbox). They must not deliver on their own: the engine orders, retries, pauses
+//! and dead-letters, the outbox de-duplicates.
+
+#[cfg(feature = "nats")]
+#[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
+pub mod nats;

@@ -146,7 +146,17 @@ pub struct Args {
     /// Customers listed in the top-customers table.
     #[arg(long, value_name = "N", default_value_t = 10)]
     pub top: usize,
+    /// Also publish every event to NATS JetStream at this URL (`nats://127.0.0.1:4222`),
+    /// through the relay: the `billing` example consumes them.
+    #[arg(long, value_name = "URL")]
+    pub nats: Option<String>,
+    /// The JetStream stream (created when missing, on `events.>`).
+    #[arg(long, value_name = "NAME", default_value = DEFAULT_STREAM)]
+    pub stream: String,
 }
+
+/// The stream used when `--stream` is not given.
+pub const DEFAULT_STREAM: &str = "EVENTS";
 
 impl Default for Args {
     fn default() -> Self {
@@ -160,6 +170,8 @@ impl Default for Args {
             crash_after: None,
             batch: DEFAULT_BATCH,
             top: 10,
+            nats: None,
+            stream: DEFAULT_STREAM.to_owned(),
         }
     }
 }
@@ -238,6 +250,26 @@ pub enum RunError {
     /// Reading the totals back failed.
     #[error("cannot read the projections")]
     Read(#[source] StoreError),
+    /// NATS JetStream could not be reached, or its stream refused the relay's checks.
+    #[error("cannot publish to NATS JetStream")]
+    Nats(#[source] event_runtime::transport::nats::NatsError),
+}
+
+/// Connects to NATS at `url` and creates (or checks) the stream `stream` on `events.>`.
+///
+/// # Errors
+/// [`RunError::Nats`].
+pub async fn connect_nats(url: &str, stream: &str) -> Result<async_nats::Client, RunError> {
+    use event_runtime::transport::nats::{NatsError, StreamSpec};
+    let client = async_nats::connect(url)
+        .await
+        .map_err(|e| RunError::Nats(NatsError::Broker("connect", e.into())))?;
+    let js = async_nats::jetstream::new(client.clone());
+    StreamSpec::new(stream)
+        .create(&js)
+        .await
+        .map_err(RunError::Nats)?;
+    Ok(client)
 }
 
 /// The last line of the output, `summary: {…}`: the totals a test or a script checks.
@@ -489,7 +521,21 @@ pub async fn run(args: &Args) -> Result<Report, RunError> {
     let rows = csv_input::read_rows(&args.input)?;
     let store = open(args).await?;
     let flaky = Arc::new(Flaky::new(args.flaky_rate, args.seed));
-    let outbox = Outbox::builder(store)
+    let relay = match &args.nats {
+        Some(url) => {
+            let client = connect_nats(url, &args.stream).await?;
+            let config = event_runtime::transport::nats::RelayConfig::new(&args.stream);
+            Some(event_runtime::transport::nats::NatsRelay::new(
+                client, config,
+            ))
+        }
+        None => None,
+    };
+    let mut builder = Outbox::builder(store);
+    if let Some(relay) = &relay {
+        builder = builder.destination(relay.clone());
+    }
+    let outbox = builder
         .resource_arc(Arc::clone(&flaky))
         .expect_handlers(HANDLER_COUNT)
         .config(OutboxConfig {
@@ -502,6 +548,9 @@ pub async fn run(args: &Args) -> Result<Report, RunError> {
         })
         .build()
         .map_err(RunError::Start)?;
+    if let Some(relay) = &relay {
+        relay.check(&outbox).await.map_err(RunError::Nats)?;
+    }
     let imported = persistence::imported_row_ids(outbox.store())
         .await
         .map_err(|source| RunError::Open {

@@ -37,6 +37,11 @@ fn dead_letter_from_row<D: Dialect>(
             .map(from_ms),
         resolution: D::DB::get_opt_string(r, "resolution").map_err(db)?,
         held_back: D::DB::get_i64(r, "held_back").map_err(db)?.max(0) as u64,
+        broker: D::DB::get_opt_string(r, "broker")
+            .map_err(db)?
+            .map(|b| serde_json::from_str(&b))
+            .transpose()
+            .map_err(|e| StoreError::Corrupt(format!("dead letter broker: {e}")))?,
     })
 }
 
@@ -53,7 +58,7 @@ pub(crate) async fn list<D: Dialect>(
                  AND f.aggregate_id = h.aggregate_id AND f.sequence > h.sequence
                 WHERE h.handler = event_dead_letters.handler AND h.event_id = event_dead_letters.event_id
                   AND h.status = 'dead' AND h.sequence > 0
-                  AND f.status IN ('pending', 'dead') AND f.status = 'pending'), 0) END AS held_back
+                  AND f.status IN ('pending', 'dead') AND f.status = 'pending'), 0) END AS held_back, broker
         FROM event_dead_letters
         WHERE ($1 OR resolved_at IS NULL)
           AND ($2 IS NULL OR handler = $2)
@@ -94,9 +99,11 @@ pub(crate) async fn resolve_one<D: Dialect>(
     now: i64,
     audit_id: Option<i64>,
 ) -> Result<Option<Option<StreamKey>>, StoreError> {
+    // An inbox's dead letter has no delivery to replay: its inbox replays it (it decodes).
     const MARK: &str =
         "UPDATE event_dead_letters SET resolved_at = $1, resolution = $2, audit_id = $4
-        WHERE id = $3 AND resolved_at IS NULL RETURNING handler, event_id";
+        WHERE id = $3 AND resolved_at IS NULL AND ($2 = 'purged' OR kind = 'delivery')
+        RETURNING handler, event_id";
     // A replayed delivery is the head of its run again (it was when it died).
     const REPLAY: &str = "UPDATE event_deliveries SET status = 'pending', attempts = 0, next_attempt_at = $1,
             lease_token = NULL, ready = TRUE, last_error = NULL, first_failed_at = NULL, last_failed_at = NULL

@@ -83,10 +83,11 @@ pub(crate) async fn page<D: Dialect>(
     now: i64,
 ) -> Result<(u64, u64), StoreError> {
     // The page: marked resolved in one statement, ids only (never the envelopes).
+    // An inbox's dead letter has no delivery to replay: its inbox replays it (it decodes).
     const MARK: &str =
         "UPDATE event_dead_letters SET resolved_at = $8, resolution = $9, audit_id = $10
         WHERE resolved_at IS NULL AND id IN (SELECT id FROM event_dead_letters
-          WHERE resolved_at IS NULL AND id <= $1
+          WHERE resolved_at IS NULL AND id <= $1 AND ($9 = 'purged' OR kind = 'delivery')
             AND ($2 IS NULL OR handler = $2)
             AND ($3 IS NULL OR name = $3)
             AND ($4 IS NULL OR dead_at >= $4)

@@ -1,0 +1,448 @@
+//! The relay: a [`Destination`] of the delivery engine that publishes each routed event to
+//! JetStream and completes its delivery on the publish acknowledgement. It must not order,
+//! retry or batch on its own: the engine does (one delivery at a time per aggregate,
+//! concurrently across aggregates, backoff, pauses, dead letters).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_nats::connection::State;
+use async_nats::jetstream::{self, context::PublishErrorKind, message::PublishMessage};
+use async_trait::async_trait;
+use event_core::{EventDescriptor, HandlerError};
+use tracing::Instrument;
+
+use super::stream::StreamShape;
+use super::{header_bytes, subject_token, NatsError, CONTENT_TYPE};
+use crate::outbox::destination::Target;
+use crate::{Delivery, DeliveryError, Destination, Outbox, RetryPolicy, Routing};
+
+/// Which events the relay publishes, and on which subjects.
+#[derive(Debug, Clone)]
+pub struct RelayConfig {
+    /// The destination's name, stored with each delivery (default `nats:<stream>`): never
+    /// change it while deliveries to it may be pending.
+    pub name: String,
+    /// The stream the subjects must land in, checked at start-up.
+    pub stream: String,
+    /// The first subject token(s) (default `events`): an event `order.placed` goes to
+    /// `events.order.placed`.
+    pub subject_prefix: String,
+    /// Appends the aggregate id as a last subject token (`events.order.placed.A-17`), for
+    /// consumers that filter per key. Characters a subject token cannot hold (`.`, `*`, `>`,
+    /// white space) are written as `_`.
+    pub aggregate_token: bool,
+    /// The events that leave the service, by name; `None`: every registered event.
+    pub events: Option<HashSet<String>>,
+    /// A subject per event name instead of `<prefix>.<name>`.
+    pub subjects: HashMap<String, String>,
+    /// The relay's retry policy (default: 6 attempts, 1 s doubling to 30 s: with the time
+    /// limits and a lease, a horizon of 107 s, inside NATS's default duplicate window of 2 min).
+    /// Losing the connection uses no attempt.
+    pub retry: RetryPolicy,
+    /// How long to wait for the server to take and acknowledge one publish (default 5 s). A
+    /// timeout is ambiguous (the server may have stored it): the retry reuses the message id.
+    pub publish_timeout: Duration,
+    /// Publishes in flight at once per worker process, each of another aggregate (default 64).
+    pub in_flight: usize,
+    /// How long a subject may have no stream before its deliveries are dead-lettered as
+    /// permanent failures (default 60 s): a stream being created is waited for, a subject
+    /// nobody captures is not retried for ever.
+    pub no_stream_grace: Duration,
+}
+
+impl RelayConfig {
+    /// Every event to `events.<name>`, in `stream`.
+    pub fn new(stream: impl Into<String>) -> Self {
+        let stream = stream.into();
+        RelayConfig {
+            name: format!("nats:{stream}"),
+            stream,
+            subject_prefix: "events".into(),
+            aggregate_token: false,
+            events: None,
+            subjects: HashMap::new(),
+            retry: RetryPolicy {
+                max_attempts: 6,
+                initial_backoff: Duration::from_secs(1),
+                max_backoff: Duration::from_secs(30),
+            },
+            publish_timeout: Duration::from_secs(5),
+            in_flight: 64,
+            no_stream_grace: Duration::from_secs(60),
+        }
+    }
+
+    /// Only these events leave the service.
+    pub fn only(mut self, names: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.events = Some(names.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Publishes the event `name` on `subject`.
+    pub fn subject(mut self, name: impl Into<String>, subject: impl Into<String>) -> Self {
+        self.subjects.insert(name.into(), subject.into());
+        self
+    }
+
+    /// With the aggregate id as the last subject token.
+    pub fn aggregate_token(mut self, on: bool) -> Self {
+        self.aggregate_token = on;
+        self
+    }
+
+    /// The subject of an event `name` of aggregate `aggregate_id`.
+    pub fn subject_of(&self, name: &str, aggregate_id: &str) -> String {
+        let mut s = match self.subjects.get(name) {
+            Some(s) => s.clone(),
+            None => format!("{}.{name}", self.subject_prefix),
+        };
+        if self.aggregate_token {
+            s.push('.');
+            s.push_str(&subject_token(aggregate_id));
+        }
+        s
+    }
+}
+
+/// The NATS JetStream relay: add it to the outbox with
+/// [`OutboxBuilder::destination`](crate::OutboxBuilder::destination), then call
+/// [`check`](Self::check) once the outbox is built; until then it delivers nothing (its
+/// deliveries wait, paused).
+///
+/// Each delivery is published as a CloudEvents structured-mode message (CloudEvents NATS
+/// protocol binding 1.0, §3.1: the body is the envelope JSON as committed, header
+/// `Content-Type: application/cloudevents+json`) with `Nats-Msg-Id` = the event id, so that
+/// the stream drops a re-publish inside its duplicate window (NATS docs, *JetStream model
+/// deep dive*, message deduplication). The delivery completes on the publish ack; a
+/// duplicate ack is a success. Losing the connection pauses the destination
+/// ([`DeliveryError::Unavailable`]) until the client is connected again: no attempt is
+/// burnt. A message the server refuses as too large, or a subject no stream captures for
+/// longer than [`RelayConfig::no_stream_grace`], is a permanent failure (dead letter);
+/// every other failure is retried with [`RelayConfig::retry`].
+///
+/// Durability is the server's: by default it fsyncs every 2 minutes, so an acknowledged
+/// message can be lost if every replica crashes at once; run the stream with replicas or the
+/// server with `sync_interval: always` where that matters.
+pub struct NatsRelay {
+    client: async_nats::Client,
+    js: jetstream::Context,
+    config: RelayConfig,
+    header_bytes: usize,
+    checked: AtomicBool,
+    no_stream_since: Mutex<HashMap<String, Instant>>,
+}
+
+impl std::fmt::Debug for NatsRelay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NatsRelay")
+            .field("config", &self.config)
+            .field("checked", &self.checked.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl NatsRelay {
+    /// A relay over `client` (which reconnects on its own).
+    ///
+    /// # Panics
+    /// Outside a Tokio runtime: its JetStream context spawns a task that collects publish
+    /// acknowledgements.
+    pub fn new(client: async_nats::Client, config: RelayConfig) -> Arc<NatsRelay> {
+        let js = jetstream::context::ContextBuilder::new()
+            .timeout(config.publish_timeout)
+            .max_ack_inflight(config.in_flight.max(1) * 4)
+            .build(client.clone());
+        Arc::new(NatsRelay {
+            client,
+            js,
+            header_bytes: header_bytes(),
+            config,
+            checked: AtomicBool::new(false),
+            no_stream_since: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Its configuration.
+    pub fn config(&self) -> &RelayConfig {
+        &self.config
+    }
+
+    /// The bytes the relay's headers add to an envelope on the wire.
+    pub fn header_bytes(&self) -> usize {
+        self.header_bytes
+    }
+
+    /// The retry horizon the stream's duplicate window must cover: from the first publish of
+    /// an event to its last re-publish — every backoff, every attempt's time limit, and one
+    /// lease (a worker that died after the ack, before completing).
+    pub fn horizon(&self, outbox: &Outbox) -> Duration {
+        let inner = &outbox.inner;
+        let (retry, timeout) = inner
+            .destinations
+            .get(&self.config.name)
+            .map_or((self.config.retry, self.publish_time_limit()), |d| {
+                (d.retry, d.timeout)
+            });
+        retry.horizon() + timeout * retry.max_attempts + inner.config.lease
+    }
+
+    fn publish_time_limit(&self) -> Duration {
+        self.config.publish_timeout * 2 + Duration::from_secs(1)
+    }
+
+    /// Start-up check, required before the relay delivers: the stream exists and captures
+    /// every subject the relay publishes to, its duplicate window covers the relay's retry
+    /// horizon ([`horizon`](Self::horizon)), and the outbox's largest envelope plus the
+    /// relay's headers fits both the server's `max_payload` (the client counts headers) and
+    /// the stream's `max_msg_size` — so that an envelope too large for the broker is refused
+    /// at commit ([`OutboxError::TooLarge`](crate::OutboxError::TooLarge)), before it is
+    /// stored.
+    ///
+    /// # Errors
+    /// [`NatsError::NotADestination`] when the outbox was built without this relay;
+    /// [`NatsError::NoStream`]; [`NatsError::SubjectNotCaptured`];
+    /// [`NatsError::DuplicateWindowTooShort`]; [`NatsError::EnvelopeTooLarge`];
+    /// [`NatsError::Broker`] when the server cannot be asked.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads; the relay stays unchecked until a call returns `Ok`.
+    pub async fn check(&self, outbox: &Outbox) -> Result<StreamShape, NatsError> {
+        let external = outbox.inner.destinations.get(&self.config.name);
+        if !matches!(external.map(|d| &d.target), Some(Target::External(_))) {
+            return Err(NatsError::NotADestination(self.config.name.clone()));
+        }
+        let shape = StreamShape::fetch(&self.js, &self.config.stream).await?;
+        for event in outbox.dispatcher().registry().events() {
+            if self.route(event).is_none() {
+                continue;
+            }
+            let subject = self.config.subject_of(event.name, "x");
+            if !shape.subjects.iter().any(|f| subject_matches(f, &subject)) {
+                return Err(NatsError::SubjectNotCaptured {
+                    subject,
+                    stream: shape.name.clone(),
+                });
+            }
+        }
+        let horizon = self.horizon(outbox);
+        if shape.duplicate_window < horizon {
+            return Err(NatsError::DuplicateWindowTooShort {
+                stream: shape.name.clone(),
+                window: shape.duplicate_window,
+                horizon,
+            });
+        }
+        let envelope = outbox.config().max_envelope_bytes;
+        let wire = envelope + self.header_bytes;
+        let max_payload = self.client.server_info().max_payload;
+        for (limit, what) in [
+            (Some(max_payload), "the server's max_payload"),
+            (
+                shape.max_msg_size.map(|n| n as usize),
+                "the stream's max_msg_size",
+            ),
+        ] {
+            if let Some(limit) = limit.filter(|&l| wire > l) {
+                return Err(NatsError::EnvelopeTooLarge {
+                    envelope,
+                    headers: self.header_bytes,
+                    limit,
+                    what,
+                });
+            }
+        }
+        self.checked.store(true, Ordering::Release);
+        Ok(shape)
+    }
+
+    fn connected(&self) -> bool {
+        self.client.connection_state() == State::Connected
+    }
+
+    fn unavailable(&self, why: impl std::fmt::Display) -> DeliveryError {
+        metrics::counter!("events_nats_publish_failures_total", "reason" => "unavailable")
+            .increment(1);
+        DeliveryError::Unavailable {
+            reason: format!("NATS relay {}: {why}", self.config.name),
+            retry_after: Duration::from_secs(1),
+        }
+    }
+
+    fn failed(
+        &self,
+        reason: &'static str,
+        error: async_nats::Error,
+        permanent: bool,
+    ) -> DeliveryError {
+        metrics::counter!("events_nats_publish_failures_total", "reason" => reason).increment(1);
+        DeliveryError::Failed(if permanent {
+            HandlerError::permanent(error)
+        } else {
+            HandlerError::transient(error)
+        })
+    }
+
+    async fn publish(&self, d: &Delivery<'_>, subject: String) -> Result<(), DeliveryError> {
+        if !self.checked.load(Ordering::Acquire) {
+            return Err(self.unavailable("not checked yet (call NatsRelay::check)"));
+        }
+        if !self.connected() {
+            return Err(self.unavailable("not connected"));
+        }
+        let wire = d.envelope.len() + self.header_bytes;
+        let max_payload = self.client.server_info().max_payload;
+        if wire > max_payload {
+            // Never sent: the server would close the connection on it.
+            return Err(self.failed(
+                "too_large",
+                format!(
+                    "{wire} bytes with headers, over the server's max_payload of {max_payload}"
+                )
+                .into(),
+                true,
+            ));
+        }
+        let message = PublishMessage::build()
+            .payload(bytes::Bytes::copy_from_slice(d.envelope.as_bytes()))
+            .message_id(d.event_id.to_string())
+            .header("Content-Type", CONTENT_TYPE);
+        let ack = match self.js.send_publish(subject.clone(), message).await {
+            Ok(future) => future.await,
+            Err(e) => Err(e),
+        };
+        match ack {
+            Ok(ack) => {
+                self.no_stream_since.lock().unwrap().remove(&subject);
+                if ack.duplicate {
+                    metrics::counter!("events_nats_published_duplicates_total").increment(1);
+                }
+                metrics::counter!("events_nats_published_total").increment(1);
+                Ok(())
+            }
+            Err(e) => Err(self.classify(e, &subject)),
+        }
+    }
+
+    fn classify(&self, e: jetstream::context::PublishError, subject: &str) -> DeliveryError {
+        match e.kind() {
+            PublishErrorKind::StreamNotFound => {
+                let since = *self
+                    .no_stream_since
+                    .lock()
+                    .unwrap()
+                    .entry(subject.to_owned())
+                    .or_insert_with(Instant::now);
+                let permanent = since.elapsed() >= self.config.no_stream_grace;
+                self.failed("no_stream", e.into(), permanent)
+            }
+            PublishErrorKind::TimedOut | PublishErrorKind::BrokenPipe if !self.connected() => {
+                self.unavailable(e)
+            }
+            PublishErrorKind::Other => {
+                let too_large = std::error::Error::source(&e)
+                    .and_then(|s| s.downcast_ref::<jetstream::Error>())
+                    .is_some_and(|j| {
+                        j.error_code() == jetstream::ErrorCode::STREAM_MESSAGE_EXCEEDS_MAXIMUM
+                            || j.error_code() == jetstream::ErrorCode::STREAM_HEADER_EXCEEDS_MAXIMUM
+                    });
+                if too_large {
+                    self.failed("too_large", e.into(), true)
+                } else if !self.connected() {
+                    self.unavailable(e)
+                } else {
+                    self.failed("other", e.into(), false)
+                }
+            }
+            PublishErrorKind::TimedOut => self.failed("timeout", e.into(), false),
+            _ => self.failed("other", e.into(), false),
+        }
+    }
+}
+
+#[async_trait]
+impl Destination for NatsRelay {
+    fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    fn route(&self, event: &EventDescriptor) -> Option<Routing> {
+        let leaves = self
+            .config
+            .events
+            .as_ref()
+            .is_none_or(|names| names.contains(event.name));
+        leaves.then_some(Routing { ordered: true })
+    }
+
+    async fn deliver(&self, d: &Delivery<'_>) -> Result<(), DeliveryError> {
+        let subject = self.config.subject_of(d.name, d.aggregate_id);
+        let span = tracing::info_span!(
+            "publish",
+            event_id = %d.event_id,
+            event = d.name,
+            subject = %subject,
+            attempt = d.attempt
+        );
+        let gauge = metrics::gauge!("events_nats_in_flight");
+        gauge.increment(1.0);
+        let result = self.publish(d, subject).instrument(span).await;
+        gauge.decrement(1.0);
+        result
+    }
+
+    async fn available(&self) -> bool {
+        self.connected()
+    }
+
+    fn retry_policy(&self) -> Option<RetryPolicy> {
+        Some(self.config.retry)
+    }
+
+    fn timeout(&self) -> Option<Duration> {
+        Some(self.publish_time_limit())
+    }
+
+    fn concurrency(&self) -> Option<usize> {
+        Some(self.config.in_flight)
+    }
+}
+
+/// Whether the subject filter `filter` (`*` one token, `>` the rest) matches `subject`.
+pub(crate) fn subject_matches(filter: &str, subject: &str) -> bool {
+    let mut f = filter.split('.');
+    let mut s = subject.split('.');
+    loop {
+        match (f.next(), s.next()) {
+            (Some(">"), Some(_)) => return true,
+            (Some("*"), Some(_)) => {}
+            (Some(a), Some(b)) if a == b => {}
+            (None, None) => return true,
+            _ => return false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subjects_and_filters() {
+        let c = RelayConfig::new("EVENTS").subject("order.shipped", "ship.it");
+        assert_eq!(c.subject_of("order.placed", "A 1"), "events.order.placed");
+        assert_eq!(c.subject_of("order.shipped", "A"), "ship.it");
+        let c = c.aggregate_token(true);
+        assert_eq!(
+            c.subject_of("order.placed", "A.1 *>"),
+            "events.order.placed.A_1___"
+        );
+        assert!(subject_matches("events.>", "events.order.placed"));
+        assert!(subject_matches("events.*.placed", "events.order.placed"));
+        assert!(!subject_matches("events.*", "events.order.placed"));
+        assert!(!subject_matches("events.>", "events"));
+        assert!(subject_matches("a.b", "a.b"));
+    }
+}

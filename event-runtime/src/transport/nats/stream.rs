@@ -1,0 +1,200 @@
+//! JetStream streams: the declared shape of the stream the relay publishes to
+//! ([`StreamSpec`]), creating or verifying it, and the size arithmetic shared by the start-up
+//! checks. Publishes nothing.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, stream};
+
+use super::NatsError;
+
+/// The stream events are published to: created by [`StreamSpec::create`] (or
+/// `events nats stream create`), verified by [`StreamSpec::check`].
+///
+/// Streams are explicit: the relay never creates one on its own, so that the subjects,
+/// storage and limits are decided by whoever operates the broker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamSpec {
+    /// The stream name (`EVENTS`).
+    pub name: String,
+    /// Subjects it captures (default `events.>`).
+    pub subjects: Vec<String>,
+    /// How long the server remembers a `Nats-Msg-Id` to drop a re-publish (default 2 min,
+    /// NATS's default). It must cover the relay's retry horizon, checked at start-up
+    /// ([`NatsRelay::check`](super::NatsRelay::check)).
+    pub duplicate_window: Duration,
+    /// The largest message the stream accepts, headers included, in bytes; `None`: no limit of
+    /// its own (the server's `max_payload` applies).
+    pub max_msg_size: Option<u32>,
+    /// Replicas (default 1).
+    pub replicas: usize,
+}
+
+impl StreamSpec {
+    /// A stream `name` on `events.>`, file storage, a 2-minute duplicate window, no size limit
+    /// of its own.
+    pub fn new(name: impl Into<String>) -> Self {
+        StreamSpec {
+            name: name.into(),
+            subjects: vec!["events.>".into()],
+            duplicate_window: Duration::from_secs(120),
+            max_msg_size: None,
+            replicas: 1,
+        }
+    }
+
+    /// With these subjects.
+    pub fn subjects(mut self, subjects: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.subjects = subjects.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// With this duplicate window.
+    pub fn duplicate_window(mut self, window: Duration) -> Self {
+        self.duplicate_window = window;
+        self
+    }
+
+    /// With this largest message size, in bytes, headers included.
+    pub fn max_msg_size(mut self, bytes: u32) -> Self {
+        self.max_msg_size = Some(bytes);
+        self
+    }
+
+    fn config(&self) -> stream::Config {
+        stream::Config {
+            name: self.name.clone(),
+            subjects: self.subjects.clone(),
+            storage: stream::StorageType::File,
+            duplicate_window: self.duplicate_window,
+            max_message_size: self
+                .max_msg_size
+                .map_or(-1, |b| b.min(i32::MAX as u32) as i32),
+            num_replicas: self.replicas,
+            ..Default::default()
+        }
+    }
+
+    /// Creates the stream, or checks it when it exists ([`check`](Self::check)'s rules).
+    ///
+    /// # Errors
+    /// [`NatsError::Broker`] when the server refuses or cannot be reached;
+    /// [`NatsError::StreamMismatch`] when a stream of that name exists with another shape.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropped, the stream was created or it was not; calling again finishes.
+    pub async fn create(&self, js: &jetstream::Context) -> Result<StreamShape, NatsError> {
+        match StreamShape::fetch(js, &self.name).await {
+            Ok(shape) => {
+                self.compare(&shape)?;
+                Ok(shape)
+            }
+            Err(NatsError::NoStream(_)) => {
+                let info = js
+                    .create_stream(self.config())
+                    .await
+                    .map_err(NatsError::broker("create stream"))?;
+                let shape = StreamShape::from(&info.cached_info().config);
+                Ok(shape)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Verifies that the stream exists with these subjects (a superset is fine), file storage,
+    /// this duplicate window or a longer one, and this `max_msg_size` or a larger one.
+    ///
+    /// # Errors
+    /// [`NatsError::NoStream`], [`NatsError::StreamMismatch`], [`NatsError::Broker`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn check(&self, js: &jetstream::Context) -> Result<StreamShape, NatsError> {
+        let shape = StreamShape::fetch(js, &self.name).await?;
+        self.compare(&shape)?;
+        Ok(shape)
+    }
+
+    fn compare(&self, shape: &StreamShape) -> Result<(), NatsError> {
+        let mismatch = |field: &'static str, expected: String, found: String| {
+            Err(NatsError::StreamMismatch {
+                stream: self.name.clone(),
+                field,
+                expected,
+                found,
+            })
+        };
+        if let Some(missing) = self.subjects.iter().find(|s| !shape.subjects.contains(s)) {
+            return mismatch("subjects", missing.clone(), shape.subjects.join(", "));
+        }
+        if !shape.file_storage {
+            return mismatch("storage", "file".into(), "memory".into());
+        }
+        if shape.duplicate_window < self.duplicate_window {
+            return mismatch(
+                "duplicate_window",
+                format!("{:?} or longer", self.duplicate_window),
+                format!("{:?}", shape.duplicate_window),
+            );
+        }
+        if let Some(want) = self.max_msg_size {
+            if shape.max_msg_size.is_some_and(|have| have < want) {
+                return mismatch(
+                    "max_msg_size",
+                    format!("{want} bytes or more"),
+                    format!("{:?}", shape.max_msg_size),
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What a stream on the server is, as far as the relay cares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamShape {
+    /// The stream name.
+    pub name: String,
+    /// Its subjects.
+    pub subjects: Vec<String>,
+    /// File (true) or memory storage.
+    pub file_storage: bool,
+    /// Its duplicate window.
+    pub duplicate_window: Duration,
+    /// Its largest message in bytes, headers included (`None`: unlimited).
+    pub max_msg_size: Option<u32>,
+}
+
+impl From<&stream::Config> for StreamShape {
+    fn from(c: &stream::Config) -> Self {
+        StreamShape {
+            name: c.name.clone(),
+            subjects: c.subjects.clone(),
+            file_storage: c.storage == stream::StorageType::File,
+            duplicate_window: c.duplicate_window,
+            max_msg_size: u32::try_from(c.max_message_size).ok().filter(|&n| n > 0),
+        }
+    }
+}
+
+impl StreamShape {
+    /// Reads the stream `name` from the server.
+    ///
+    /// # Errors
+    /// [`NatsError::NoStream`] when there is none; [`NatsError::Broker`] otherwise.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn fetch(js: &jetstream::Context, name: &str) -> Result<StreamShape, NatsError> {
+        let mut s = js.get_stream(name).await.map_err(|e| match e.kind() {
+            jetstream::context::GetStreamErrorKind::JetStream(j)
+                if j.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND =>
+            {
+                NatsError::NoStream(name.to_owned())
+            }
+            _ => NatsError::broker("get stream")(e),
+        })?;
+        let info = s.info().await.map_err(NatsError::broker("stream info"))?;
+        Ok(StreamShape::from(&info.config))
+    }
+}

@@ -1,0 +1,261 @@
+//! `cargo run --release --example billing -- --nats URL --stream NAME --database URL
+//! --idle-exit SECS [--crash-after N]`
+//!
+//! The second service: consumes the events `orders --nats URL` publishes to JetStream,
+//! through a durable pull consumer (`billing`) and this service's own outbox (its own SQLite
+//! file or PostgreSQL schema), and invoices every shipped order. Each fetched batch is
+//! committed once into the outbox (an event id already there is skipped) and only then
+//! acknowledged; the outbox's workers run the three handlers below, exactly once each.
+//! It stops when no message has arrived for `--idle-exit` seconds, prints a report and, last,
+//! `summary: {…}` (JSON) with `invoices`, `revenue_by_region` (sales of invoiced orders,
+//! exact decimal strings: equal to what `orders` reports once every order shipped),
+//! `received`, `duplicates_skipped` and `dead_lettered`.
+//!
+//! `--crash-after N` aborts the process after N received messages are committed, before
+//! they are acknowledged; running it again redelivers them, skips them as duplicates, and
+//! finishes with exact totals.
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use event_core::{event_handler, HandlerError};
+use event_runtime::transport::nats::{InboxConfig, InboxReport, NatsInbox};
+use event_runtime::{
+    ConnectOptions, Dispatcher, Outbox, OutboxConfig, RetryPolicy, SqlValue, Store, Tx,
+};
+use examples::orders::domain::{LineAdded, OrderPlacedV2, OrderShipped};
+use rust_decimal::Decimal;
+
+/// Command-line arguments.
+#[derive(Debug, clap::Parser)]
+#[command(
+    name = "billing",
+    about = "Consumes the orders service's events from NATS JetStream into its own outbox and invoices every shipped order."
+)]
+struct Args {
+    /// The NATS server.
+    #[arg(long, value_name = "URL", default_value = "nats://127.0.0.1:4222")]
+    nats: String,
+    /// The JetStream stream `orders` publishes to.
+    #[arg(long, value_name = "NAME", default_value = "EVENTS")]
+    stream: String,
+    /// This service's database: sqlite://PATH or postgres://USER@HOST/DB.
+    #[arg(long, value_name = "URL", default_value = "sqlite://billing.db")]
+    database: String,
+    /// PostgreSQL only: keep every table in this schema.
+    #[arg(long, value_name = "NAME")]
+    schema: Option<String>,
+    /// Stop once no new message has arrived for this many seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 5)]
+    idle_exit: u64,
+    /// Abort (as a crash would) once this many messages are committed, before their ack.
+    #[arg(long, value_name = "N")]
+    crash_after: Option<usize>,
+    /// The durable consumer's name.
+    #[arg(long, value_name = "NAME", default_value = "billing")]
+    consumer: String,
+}
+
+#[event_handler(name = "billing.order")]
+async fn record_order(event: &OrderPlacedV2, tx: &mut Tx) -> Result<(), HandlerError> {
+    tx.execute(
+        "INSERT INTO billing_orders (order_id, region) VALUES ($1, $2)",
+        &[
+            SqlValue::Text(&event.order_id),
+            SqlValue::Text(&event.region),
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+#[event_handler(name = "billing.line")]
+async fn record_line(event: &LineAdded, tx: &mut Tx) -> Result<(), HandlerError> {
+    tx.execute(
+        "INSERT INTO billing_lines (row_id, order_id, sales) VALUES ($1, $2, $3)",
+        &[
+            SqlValue::Int(event.row_id as i64),
+            SqlValue::Text(&event.order_id),
+            SqlValue::Text(&event.sales.to_string()),
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+#[event_handler(name = "billing.invoice")]
+async fn invoice(event: &OrderShipped, tx: &mut Tx) -> Result<(), HandlerError> {
+    tx.execute(
+        "INSERT INTO billing_invoices (order_id, ship_date) VALUES ($1, $2)",
+        &[
+            SqlValue::Text(&event.order_id),
+            SqlValue::Text(&event.ship_date.to_string()),
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+const TABLES: [&str; 3] = [
+    "CREATE TABLE IF NOT EXISTS billing_orders (order_id TEXT PRIMARY KEY, region TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS billing_lines (row_id BIGINT PRIMARY KEY, order_id TEXT NOT NULL, sales TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS billing_invoices (order_id TEXT PRIMARY KEY, ship_date TEXT NOT NULL)",
+];
+
+/// The invoiced sales per region: lines of orders that have an invoice.
+const INVOICED: &str = "SELECT o.region, l.sales FROM billing_lines l
+    JOIN billing_orders o ON o.order_id = l.order_id
+    JOIN billing_invoices i ON i.order_id = l.order_id";
+
+async fn invoiced(store: &Store) -> Result<Vec<(String, String)>, event_runtime::sqlx::Error> {
+    if let Some(pool) = store.sqlite_pool() {
+        return event_runtime::sqlx::query_as(INVOICED)
+            .fetch_all(pool)
+            .await;
+    }
+    let pool = store.pg_pool().expect("a SQLite or PostgreSQL store");
+    event_runtime::sqlx::query_as(INVOICED)
+        .fetch_all(pool)
+        .await
+}
+
+async fn count(store: &Store, sql: &'static str) -> Result<i64, event_runtime::StoreError> {
+    let mut tx = store.begin().await?;
+    let n = tx.fetch_i64(sql, &[]).await?.unwrap_or(0);
+    tx.rollback().await?;
+    Ok(n)
+}
+
+#[derive(serde::Serialize)]
+struct Summary {
+    invoices: i64,
+    revenue_by_region: BTreeMap<String, Decimal>,
+    revenue_total: Decimal,
+    received: usize,
+    appended: usize,
+    duplicates_skipped: usize,
+    dead_lettered: i64,
+    elapsed_ms: u64,
+}
+
+async fn run(args: &Args) -> Result<Summary, Box<dyn std::error::Error>> {
+    let started = Instant::now();
+    let mut options = ConnectOptions::default();
+    if let Some(schema) = &args.schema {
+        options = options.schema(schema);
+    }
+    let store = Store::connect_with(&args.database, &options).await?;
+    let mut tx = store.begin().await?;
+    for sql in TABLES {
+        tx.execute(sql, &[]).await?;
+    }
+    tx.commit().await?;
+    let outbox = Outbox::builder(store.clone())
+        .dispatcher(
+            Dispatcher::builder_empty()
+                .event::<OrderPlacedV2>()
+                .event::<LineAdded>()
+                .event::<OrderShipped>()
+                .handler::<record_order>()
+                .handler::<record_line>()
+                .handler::<invoice>(),
+        )
+        .config(OutboxConfig {
+            retry: RetryPolicy {
+                max_attempts: 12,
+                initial_backoff: Duration::from_millis(5),
+                max_backoff: Duration::from_millis(100),
+            },
+            poll_interval: Duration::from_millis(20),
+            source: Some("urn:example:billing".into()),
+            ..OutboxConfig::default()
+        })
+        .build()?;
+    let client = async_nats::connect(&args.nats).await?;
+    let js = async_nats::jetstream::new(client);
+    let inbox = NatsInbox::new(
+        &js,
+        outbox.clone(),
+        InboxConfig {
+            filter_subject: Some("events.order.>".into()),
+            batch: 256,
+            ack_wait: Duration::from_secs(10),
+            ..InboxConfig::new(&args.stream, &args.consumer)
+        },
+    )
+    .await?;
+    let workers = outbox.spawn_workers(2);
+    let mut total = InboxReport::default();
+    let mut last = Instant::now();
+    // A crashed run's batch is redelivered after ack_wait: wait for it before idling out.
+    let mut idle = Duration::from_secs(args.idle_exit);
+    if inbox.ack_pending().await? > 0 {
+        idle += inbox.config().ack_wait;
+    }
+    while last.elapsed() < idle {
+        let batch = inbox.fetch_and_commit().await?;
+        let r = batch.report();
+        if args
+            .crash_after
+            .is_some_and(|n| total.received + r.received >= n)
+        {
+            eprintln!(
+                "--crash-after: {} messages committed, not acked; aborting",
+                total.received + r.received
+            );
+            std::process::abort();
+        }
+        total += batch.ack().await;
+        if r.received > 0 {
+            last = Instant::now();
+            idle = Duration::from_secs(args.idle_exit);
+        }
+    }
+    workers.shutdown(Duration::from_secs(30)).await?;
+    outbox.drain(Duration::from_secs(300)).await?;
+
+    let mut revenue_by_region: BTreeMap<String, Decimal> = BTreeMap::new();
+    for (region, sales) in invoiced(&store).await? {
+        *revenue_by_region.entry(region).or_default() += Decimal::from_str(&sales)?;
+    }
+    Ok(Summary {
+        invoices: count(&store, "SELECT COUNT(*) FROM billing_invoices").await?,
+        revenue_total: revenue_by_region.values().sum(),
+        revenue_by_region,
+        received: total.received,
+        appended: total.appended,
+        duplicates_skipped: total.duplicates,
+        dead_lettered: count(
+            &store,
+            "SELECT COUNT(*) FROM event_dead_letters WHERE resolved_at IS NULL",
+        )
+        .await?,
+        elapsed_ms: started.elapsed().as_millis() as u64,
+    })
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(&args).await {
+        Ok(s) => {
+            println!("billing: {} invoices", s.invoices);
+            for (region, revenue) in &s.revenue_by_region {
+                println!("  {region:<10} {revenue:>14}");
+            }
+            println!(
+                "received {} messages: {} new events, {} duplicates skipped; {} dead letters",
+                s.received, s.appended, s.duplicates_skipped, s.dead_lettered
+            );
+            println!("summary: {}", serde_json::to_string(&s).unwrap_or_default());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {}", event_core::ErrorChain(&*e));
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,798 @@
+//! The NATS JetStream transport against the real server (`EVENTS_TEST_NATS_URL`; skipped
+//! visibly without it, failing with `EVENTS_TEST_REQUIRE_SERVICES=1`), each test on a stream
+//! of its own: the relay publishes once (also after a crash between the ack and the
+//! completion), the inbox commits once (also after a crash between its commit and the ack),
+//! an outage of the broker loses nothing (a test-owned `nats-server`), poison messages go to
+//! the dead letter queue, the start-up checks refuse what the broker would, and the official
+//! Python client with the CloudEvents SDK reads what the relay published.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream;
+use async_trait::async_trait;
+use event_core::{event_handler, DomainEvent, Envelope, EventDescriptor, HandlerError};
+use event_runtime::transport::nats::{
+    InboxConfig, NatsError, NatsInbox, NatsRelay, RelayConfig, StreamSpec,
+};
+use event_runtime::{
+    Delivery, DeliveryError, Destination, Dispatcher, Outbox, OutboxConfig, OutboxError,
+    RetryPolicy, Routing, SqlValue, Tx,
+};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Serialize, Deserialize, DomainEvent)]
+#[event(name = "natstest.shipped", version = 1)]
+struct Shipped {
+    #[event(aggregate_id)]
+    order: String,
+    cents: i64,
+    note: String,
+}
+
+#[event_handler(name = "natstest.bill")]
+async fn bill(envelope: &Envelope<Shipped>, tx: &mut Tx) -> Result<(), HandlerError> {
+    tx.execute(
+        "INSERT INTO nats_effects (event_id, cents) VALUES ($1, $2)",
+        &[
+            SqlValue::Text(&envelope.id().to_string()),
+            SqlValue::Int(envelope.event().cents),
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+fn require() -> bool {
+    std::env::var("EVENTS_TEST_REQUIRE_SERVICES").as_deref() == Ok("1")
+}
+
+/// The client of the shared server, or `None` after saying why the test is skipped.
+async fn nats(test: &str) -> Option<async_nats::Client> {
+    let url = match std::env::var("EVENTS_TEST_NATS_URL") {
+        Ok(url) if !url.is_empty() => url,
+        _ => {
+            assert!(
+                !require(),
+                "{test}: EVENTS_TEST_REQUIRE_SERVICES=1 but EVENTS_TEST_NATS_URL is not set"
+            );
+            common::say_once(&format!(
+                "NATS cases skipped ({test} and others): EVENTS_TEST_NATS_URL is not set"
+            ));
+            return None;
+        }
+    };
+    match async_nats::connect(&url).await {
+        Ok(c) => Some(c),
+        Err(e) if require() => panic!("{test}: NATS at {url} is unreachable: {e}"),
+        Err(e) => {
+            common::say_once(&format!("NATS cases skipped: {url} is unreachable: {e}"));
+            None
+        }
+    }
+}
+
+/// A stream and subject prefix of its own.
+fn names() -> (String, String) {
+    let id = uuid::Uuid::now_v7().simple().to_string();
+    (format!("T{id}"), format!("t{id}"))
+}
+
+fn fast_retry() -> RetryPolicy {
+    RetryPolicy {
+        max_attempts: 5,
+        initial_backoff: Duration::from_millis(10),
+        max_backoff: Duration::from_millis(50),
+    }
+}
+
+fn relay_config(stream: &str, prefix: &str) -> RelayConfig {
+    RelayConfig {
+        subject_prefix: prefix.to_owned(),
+        retry: fast_retry(),
+        ..RelayConfig::new(stream)
+    }
+}
+
+async fn producer(test: &str, relay: Arc<dyn Destination>, config: OutboxConfig) -> Outbox {
+    let (_, store) = common::sqlite(test).await;
+    Outbox::builder(store)
+        .dispatcher(Dispatcher::builder_empty().event::<Shipped>())
+        .destination(relay)
+        .config(config)
+        .build()
+        .unwrap()
+}
+
+async fn consumer(test: &str) -> Outbox {
+    let (_, store) = common::sqlite(test).await;
+    let mut tx = store.begin().await.unwrap();
+    tx.execute(
+        "CREATE TABLE nats_effects (event_id TEXT NOT NULL, cents BIGINT NOT NULL)",
+        &[],
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    Outbox::builder(store)
+        .dispatcher(
+            Dispatcher::builder_empty()
+                .event::<Shipped>()
+                .handler::<bill>(),
+        )
+        .config(OutboxConfig {
+            retry: fast_retry(),
+            ..OutboxConfig::default()
+        })
+        .build()
+        .unwrap()
+}
+
+fn shipped(order: &str, seq: u64, cents: i64) -> Envelope<Shipped> {
+    Envelope::new(Shipped {
+        order: order.into(),
+        cents,
+        note: "ü ✓ \"quoted\"".into(),
+    })
+    .with_sequence(seq)
+    .with_source("urn:test:orders")
+}
+
+/// Commits `events`; returns their envelopes as committed (JSON).
+async fn commit(outbox: &Outbox, events: Vec<Envelope<Shipped>>) -> Vec<Envelope<Shipped>> {
+    let mut uow = outbox.begin().await.unwrap();
+    for e in &events {
+        uow.add(e.clone());
+    }
+    uow.commit().await.unwrap();
+    events
+}
+
+async fn messages_in(js: &jetstream::Context, stream: &str) -> u64 {
+    let mut s = js.get_stream(stream).await.unwrap();
+    s.info().await.unwrap().state.messages
+}
+
+async fn effects(outbox: &Outbox) -> (i64, i64) {
+    let mut tx = outbox.store().begin().await.unwrap();
+    let n = tx
+        .fetch_i64("SELECT COUNT(*) FROM nats_effects", &[])
+        .await
+        .unwrap()
+        .unwrap_or(0);
+    let distinct = tx
+        .fetch_i64("SELECT COUNT(DISTINCT event_id) FROM nats_effects", &[])
+        .await
+        .unwrap()
+        .unwrap_or(0);
+    tx.rollback().await.unwrap();
+    (n, distinct)
+}
+
+fn inbox_config(stream: &str, durable: &str) -> InboxConfig {
+    InboxConfig {
+        ack_wait: Duration::from_secs(1),
+        fetch_wait: Duration::from_millis(500),
+        ..InboxConfig::new(stream, durable)
+    }
+}
+
+/// The relay, whose first successful publish of each event is followed by a "crash": the
+/// completion is not recorded, as when the worker dies after the ack.
+struct CrashAfterAck {
+    relay: Arc<NatsRelay>,
+    crashed: AtomicUsize,
+}
+
+#[async_trait]
+impl Destination for CrashAfterAck {
+    fn name(&self) -> &str {
+        self.relay.name()
+    }
+    fn route(&self, event: &EventDescriptor) -> Option<Routing> {
+        self.relay.route(event)
+    }
+    async fn deliver(&self, d: &Delivery<'_>) -> Result<(), DeliveryError> {
+        self.relay.deliver(d).await?;
+        if d.attempt == 1 {
+            self.crashed.fetch_add(1, Ordering::SeqCst);
+            return Err(DeliveryError::Failed(HandlerError::transient_msg(
+                "worker died after the ack",
+            )));
+        }
+        Ok(())
+    }
+    async fn available(&self) -> bool {
+        self.relay.available().await
+    }
+    fn retry_policy(&self) -> Option<RetryPolicy> {
+        self.relay.retry_policy()
+    }
+    fn timeout(&self) -> Option<Duration> {
+        self.relay.timeout()
+    }
+    fn concurrency(&self) -> Option<usize> {
+        self.relay.concurrency()
+    }
+}
+
+#[tokio::test]
+async fn relay_crash_after_the_ack_publishes_again_and_the_stream_and_consumer_keep_it_once() {
+    let Some(client) = nats("relay_crash_after_ack").await else {
+        return;
+    };
+    let js = jetstream::new(client.clone());
+    let (stream, prefix) = names();
+    StreamSpec::new(&stream)
+        .subjects([format!("{prefix}.>")])
+        .create(&js)
+        .await
+        .unwrap();
+    let relay = NatsRelay::new(client.clone(), relay_config(&stream, &prefix));
+    let crash = Arc::new(CrashAfterAck {
+        relay: relay.clone(),
+        crashed: AtomicUsize::new(0),
+    });
+    let outbox = producer("nats_relay_crash", crash.clone(), OutboxConfig::default()).await;
+    relay.check(&outbox).await.unwrap();
+    let events = commit(
+        &outbox,
+        vec![
+            shipped("A", 1, 100),
+            shipped("A", 2, 250),
+            shipped("B", 1, 7),
+        ],
+    )
+    .await;
+    outbox.drain(Duration::from_secs(30)).await.unwrap();
+    assert_eq!(
+        crash.crashed.load(Ordering::SeqCst),
+        3,
+        "every event was published twice"
+    );
+    assert_eq!(
+        messages_in(&js, &stream).await,
+        3,
+        "the stream holds each once"
+    );
+
+    // Headers: CloudEvents structured mode, the message id is the event id, in order per
+    // aggregate.
+    let s = js.get_stream(&stream).await.unwrap();
+    let mut ids = Vec::new();
+    for seq in 1..=3 {
+        let m = s.get_raw_message(seq).await.unwrap();
+        let h = m.headers;
+        assert_eq!(
+            h.get("Content-Type").unwrap().as_str(),
+            "application/cloudevents+json"
+        );
+        assert_eq!(m.subject.as_str(), format!("{prefix}.natstest.shipped"));
+        let body: serde_json::Value = serde_json::from_slice(&m.payload).unwrap();
+        assert_eq!(
+            h.get(async_nats::header::NATS_MESSAGE_ID).unwrap().as_str(),
+            body["id"]
+        );
+        ids.push(body["id"].as_str().unwrap().to_owned());
+    }
+    let a: Vec<String> = events[..2].iter().map(|e| e.id().to_string()).collect();
+    let pos = |id: &str| ids.iter().position(|x| x == id).unwrap();
+    assert!(pos(&a[0]) < pos(&a[1]), "A-1 before A-2");
+
+    // The consumer's effects happen once.
+    let billing = consumer("nats_relay_crash_billing").await;
+    let inbox = NatsInbox::new(&js, billing.clone(), inbox_config(&stream, "billing"))
+        .await
+        .unwrap();
+    let report = inbox.receive().await.unwrap();
+    assert_eq!((report.received, report.appended, report.acked), (3, 3, 3));
+    billing.drain(Duration::from_secs(30)).await.unwrap();
+    assert_eq!(effects(&billing).await, (3, 3));
+    js.delete_stream(&stream).await.unwrap();
+}
+
+#[tokio::test]
+async fn consumer_crash_after_its_commit_before_the_ack_is_redelivered_and_deduplicated() {
+    let Some(client) = nats("consumer_crash_before_ack").await else {
+        return;
+    };
+    let js = jetstream::new(client.clone());
+    let (stream, prefix) = names();
+    StreamSpec::new(&stream)
+        .subjects([format!("{prefix}.>")])
+        .create(&js)
+        .await
+        .unwrap();
+    let relay = NatsRelay::new(client.clone(), relay_config(&stream, &prefix));
+    let outbox = producer(
+        "nats_consumer_crash",
+        relay.clone(),
+        OutboxConfig::default(),
+    )
+    .await;
+    relay.check(&outbox).await.unwrap();
+    commit(
+        &outbox,
+        (1..=5).map(|i| shipped("C", i, i as i64)).collect(),
+    )
+    .await;
+    outbox.drain(Duration::from_secs(30)).await.unwrap();
+
+    let billing = consumer("nats_consumer_crash_billing").await;
+    let inbox = NatsInbox::new(&js, billing.clone(), inbox_config(&stream, "billing"))
+        .await
+        .unwrap();
+    let batch = inbox.fetch_and_commit().await.unwrap();
+    assert_eq!(batch.report().appended, 5);
+    drop(batch); // crashed: committed, never acked
+
+    // Redelivered after ack_wait; every event id is known: nothing is appended twice.
+    let mut again = Default::default();
+    for _ in 0..10 {
+        again = inbox.receive().await.unwrap();
+        if again.received > 0 {
+            break;
+        }
+    }
+    assert_eq!(
+        (again.received, again.duplicates, again.appended),
+        (5, 5, 0)
+    );
+    assert_eq!(again.acked, 5);
+    assert_eq!(inbox.receive().await.unwrap().received, 0, "acked for good");
+    billing.drain(Duration::from_secs(30)).await.unwrap();
+    assert_eq!(effects(&billing).await, (5, 5));
+    js.delete_stream(&stream).await.unwrap();
+}
+
+#[tokio::test]
+async fn poison_messages_go_to_the_dead_letter_queue_with_broker_metadata_and_later_ones_flow() {
+    let Some(client) = nats("poison").await else {
+        return;
+    };
+    let js = jetstream::new(client.clone());
+    let (stream, prefix) = names();
+    StreamSpec::new(&stream)
+        .subjects([format!("{prefix}.>")])
+        .create(&js)
+        .await
+        .unwrap();
+    let good = shipped("P", 1, 42);
+    let good_json = serde_json::to_string(&good).unwrap();
+    let unknown = good_json
+        .replace("natstest.shipped", "natstest.unheard_of")
+        .replace(&good.id().to_string(), &uuid::Uuid::now_v7().to_string());
+    for body in ["not json at all".to_owned(), unknown, good_json] {
+        js.publish(format!("{prefix}.x"), body.into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    let billing = consumer("nats_poison_billing").await;
+    let inbox = NatsInbox::new(&js, billing.clone(), inbox_config(&stream, "billing"))
+        .await
+        .unwrap();
+    let r = inbox.receive().await.unwrap();
+    assert_eq!((r.received, r.appended, r.dead_lettered), (3, 1, 2));
+    billing.drain(Duration::from_secs(30)).await.unwrap();
+    assert_eq!(effects(&billing).await, (1, 1), "the good one flowed");
+
+    let dead = billing
+        .store()
+        .dead_letters(&Default::default())
+        .await
+        .unwrap();
+    assert_eq!(dead.len(), 2);
+    let reasons: Vec<&str> = dead.iter().map(|d| d.reason.as_str()).collect();
+    assert_eq!(reasons, ["undecodable", "unknown_event"]);
+    for (d, seq) in dead.iter().zip(1..) {
+        let b = d.broker.as_ref().expect("broker metadata");
+        assert_eq!(
+            (b.stream.as_str(), b.stream_sequence, b.delivery_count),
+            (stream.as_str(), seq, 1)
+        );
+        assert_eq!(b.subject, format!("{prefix}.x"));
+        assert_eq!(d.handler, "nats-inbox:billing");
+    }
+    assert_eq!(dead[0].envelope, "not json at all");
+    assert_eq!(dead[1].event_name, "natstest.unheard_of");
+    // Terminated: never delivered again.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(inbox.receive().await.unwrap().received, 0);
+    // Replay needs a deploy that knows it; this one does not, and changes nothing.
+    let err = inbox
+        .replay_dead_letters(&[dead[1].id], "test", "still unknown")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, NatsError::Replay(..)), "{err:?}");
+    // The generic replay leaves an inbox dead letter to its inbox.
+    let audit = billing
+        .store()
+        .resolve_dead_letters(&[dead[0].id], event_runtime::Resolution::Replay, "t", "r")
+        .await
+        .unwrap();
+    assert!(audit.is_empty(), "{audit:?}");
+    js.delete_stream(&stream).await.unwrap();
+}
+
+#[tokio::test]
+async fn an_oversize_envelope_is_refused_at_commit_and_limits_the_broker_refuses_fail_the_check() {
+    let Some(client) = nats("oversize").await else {
+        return;
+    };
+    let js = jetstream::new(client.clone());
+    let (stream, prefix) = names();
+    StreamSpec::new(&stream)
+        .subjects([format!("{prefix}.>")])
+        .create(&js)
+        .await
+        .unwrap();
+    // The defaults pass against a default server.
+    let relay = NatsRelay::new(client.clone(), relay_config(&stream, &prefix));
+    let outbox = producer("nats_oversize", relay.clone(), OutboxConfig::default()).await;
+    relay.check(&outbox).await.unwrap();
+    let mut uow = outbox.begin().await.unwrap();
+    uow.add(Envelope::new(Shipped {
+        order: "big".into(),
+        cents: 1,
+        note: "x".repeat(1 << 20),
+    }));
+    assert!(matches!(
+        uow.commit().await,
+        Err(OutboxError::TooLarge { .. })
+    ));
+    assert_eq!(
+        outbox.store().stats().await.unwrap().events,
+        0,
+        "nothing stored"
+    );
+
+    // 1 MiB envelopes plus headers exceed a default server's max_payload.
+    let relay = NatsRelay::new(client.clone(), relay_config(&stream, &prefix));
+    let config = OutboxConfig {
+        max_envelope_bytes: 1 << 20,
+        ..OutboxConfig::default()
+    };
+    let outbox = producer("nats_oversize_payload", relay.clone(), config).await;
+    let err = relay.check(&outbox).await.unwrap_err();
+    assert!(
+        matches!(err, NatsError::EnvelopeTooLarge { what, .. } if what.contains("max_payload")),
+        "{err}"
+    );
+
+    // A stream with a smaller max_msg_size than the outbox's envelopes.
+    let (small, small_prefix) = names();
+    StreamSpec::new(&small)
+        .subjects([format!("{small_prefix}.>")])
+        .max_msg_size(64 * 1024)
+        .create(&js)
+        .await
+        .unwrap();
+    let relay = NatsRelay::new(client.clone(), relay_config(&small, &small_prefix));
+    let outbox = producer(
+        "nats_oversize_stream",
+        relay.clone(),
+        OutboxConfig::default(),
+    )
+    .await;
+    let err = relay.check(&outbox).await.unwrap_err();
+    assert!(
+        matches!(err, NatsError::EnvelopeTooLarge { what, limit: 65536, .. } if what.contains("max_msg_size")),
+        "{err}"
+    );
+    js.delete_stream(&stream).await.unwrap();
+    js.delete_stream(&small).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_stream_with_a_duplicate_window_shorter_than_the_retry_horizon_is_refused() {
+    let Some(client) = nats("short_window").await else {
+        return;
+    };
+    let js = jetstream::new(client.clone());
+    let (stream, prefix) = names();
+    StreamSpec::new(&stream)
+        .subjects([format!("{prefix}.>")])
+        .duplicate_window(Duration::from_secs(5))
+        .create(&js)
+        .await
+        .unwrap();
+    let relay = NatsRelay::new(client.clone(), relay_config(&stream, &prefix));
+    let outbox = producer("nats_short_window", relay.clone(), OutboxConfig::default()).await;
+    let err = relay.check(&outbox).await.unwrap_err();
+    assert!(
+        matches!(err, NatsError::DuplicateWindowTooShort { .. }),
+        "{err}"
+    );
+    // Unchecked, the relay delivers nothing: its deliveries wait, paused.
+    commit(&outbox, vec![shipped("W", 1, 1)]).await;
+    let _ = outbox.deliver_batch().await.unwrap();
+    assert_eq!(messages_in(&js, &stream).await, 0);
+    assert_eq!(outbox.store().stats().await.unwrap().dead_letters, 0);
+    // A subject the stream does not capture is refused as well.
+    let relay = NatsRelay::new(client.clone(), relay_config(&stream, "elsewhere"));
+    let outbox = producer("nats_not_captured", relay.clone(), OutboxConfig::default()).await;
+    assert!(matches!(
+        relay.check(&outbox).await,
+        Err(NatsError::SubjectNotCaptured { .. })
+    ));
+    js.delete_stream(&stream).await.unwrap();
+}
+
+/// A `nats-server` of the test's own, which it stops and starts.
+struct OwnServer {
+    port: u16,
+    dir: std::path::PathBuf,
+    child: Option<std::process::Child>,
+}
+
+impl OwnServer {
+    fn start() -> Option<OwnServer> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir = std::env::temp_dir().join(format!("nats-{}", uuid::Uuid::now_v7().simple()));
+        let mut s = OwnServer {
+            port,
+            dir,
+            child: None,
+        };
+        s.up().then_some(s)
+    }
+
+    fn up(&mut self) -> bool {
+        let child = std::process::Command::new("nats-server")
+            .args([
+                "-js",
+                "-a",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-sd",
+            ])
+            .arg(&self.dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn();
+        match child {
+            Ok(c) => {
+                self.child = Some(c);
+                true
+            }
+            Err(e) => {
+                assert!(!require(), "cannot start nats-server: {e}");
+                common::say_once(&format!("broker outage case skipped: no nats-server: {e}"));
+                false
+            }
+        }
+    }
+
+    fn down(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for OwnServer {
+    fn drop(&mut self) {
+        self.down();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[tokio::test]
+async fn the_broker_down_while_the_producer_commits_loses_nothing_and_dead_letters_nothing() {
+    if nats("broker_down").await.is_none() {
+        return;
+    }
+    let Some(mut server) = OwnServer::start() else {
+        return;
+    };
+    let mut client = None;
+    for _ in 0..100 {
+        if let Ok(c) = async_nats::connect(server.url()).await {
+            client = Some(c);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let client = client.expect("own nats-server up");
+    let js = jetstream::new(client.clone());
+    let (stream, prefix) = names();
+    StreamSpec::new(&stream)
+        .subjects([format!("{prefix}.>")])
+        .create(&js)
+        .await
+        .unwrap();
+    let relay = NatsRelay::new(client.clone(), relay_config(&stream, &prefix));
+    let outbox = producer("nats_broker_down", relay.clone(), OutboxConfig::default()).await;
+    relay.check(&outbox).await.unwrap();
+
+    server.down();
+    // Commits need only the database.
+    commit(
+        &outbox,
+        (1..=10)
+            .map(|i| shipped(&format!("D{}", i % 3), i, 1))
+            .collect(),
+    )
+    .await;
+    let workers = outbox.spawn_workers(1);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let stats = outbox.store().stats().await.unwrap();
+    assert_eq!(
+        (stats.pending, stats.dead_letters),
+        (10, 0),
+        "waiting, paused"
+    );
+
+    assert!(server.up());
+    let mut held = 0;
+    for _ in 0..300 {
+        if let Ok(mut s) = js.get_stream(&stream).await {
+            if let Ok(info) = s.info().await {
+                held = info.state.messages;
+                if held == 10 {
+                    break;
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(held, 10, "every event published once the broker is back");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while outbox.store().stats().await.unwrap().pending > 0 && std::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let stats = outbox.store().stats().await.unwrap();
+    assert_eq!((stats.pending, stats.dead_letters), (0, 0));
+    workers.shutdown(Duration::from_secs(5)).await.unwrap();
+}
+
+const PYTHON_READER: &str = r#"
+import asyncio, json, sys
+import nats
+try:
+    from cloudevents.v1.http import from_json  # cloudevents 2.x
+except ImportError:
+    from cloudevents.http import from_json  # 1.x
+
+async def main(url, stream):
+    nc = await nats.connect(url)
+    js = nc.jetstream()
+    info = await js.stream_info(stream)
+    out = []
+    for seq in range(info.state.first_seq, info.state.last_seq + 1):
+        m = await js.get_msg(stream, seq)
+        event = from_json(m.data)
+        out.append({
+            "msg_id": m.headers.get("Nats-Msg-Id"),
+            "content_type": m.headers.get("Content-Type"),
+            "id": event["id"],
+            "type": event["type"],
+            "source": event["source"],
+            "subject": event["subject"],
+            "schemaversion": event["schemaversion"],
+            "data": event.data,
+        })
+    await nc.close()
+    print(json.dumps(out))
+
+asyncio.run(main(sys.argv[1], sys.argv[2]))
+"#;
+
+#[tokio::test]
+async fn the_official_python_client_and_cloudevents_sdk_read_every_published_event_once() {
+    let Some(client) = nats("python_reader").await else {
+        return;
+    };
+    let js = jetstream::new(client.clone());
+    let (stream, prefix) = names();
+    StreamSpec::new(&stream)
+        .subjects([format!("{prefix}.>")])
+        .create(&js)
+        .await
+        .unwrap();
+    let relay = NatsRelay::new(client.clone(), relay_config(&stream, &prefix));
+    let outbox = producer("nats_python", relay.clone(), OutboxConfig::default()).await;
+    relay.check(&outbox).await.unwrap();
+    let events = commit(
+        &outbox,
+        vec![shipped("Y", 1, 1), shipped("Y", 2, 2), shipped("Z", 1, 3)],
+    )
+    .await;
+    outbox.drain(Duration::from_secs(30)).await.unwrap();
+
+    let url = std::env::var("EVENTS_TEST_NATS_URL").unwrap();
+    let out = std::process::Command::new("python3")
+        .args(["-c", PYTHON_READER, &url, &stream])
+        .output();
+    let out = match out {
+        Ok(o) if o.status.success() => o,
+        Ok(o) => panic!(
+            "the Python reader failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        ),
+        Err(e) if require() => panic!("python3: {e}"),
+        Err(e) => {
+            common::say_once(&format!("Python reader skipped: {e}"));
+            return;
+        }
+    };
+    let read: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(read.len(), events.len(), "each once");
+    for e in &events {
+        let id = e.id().to_string();
+        let m = read
+            .iter()
+            .find(|m| m["id"] == id.as_str())
+            .expect("published");
+        assert_eq!(m["msg_id"], id.as_str());
+        assert_eq!(m["content_type"], "application/cloudevents+json");
+        assert_eq!(m["type"], "natstest.shipped");
+        assert_eq!(m["source"], "urn:test:orders");
+        assert_eq!(m["subject"], e.event().order.as_str());
+        assert_eq!(m["schemaversion"], 1);
+        assert_eq!(m["data"]["cents"], e.event().cents);
+        assert_eq!(m["data"]["note"], e.event().note.as_str());
+    }
+    js.delete_stream(&stream).await.unwrap();
+}
+
+#[tokio::test]
+async fn events_nats_stream_create_then_check_and_a_check_that_asks_for_more_fails() {
+    let Some(client) = nats("cli_stream").await else {
+        return;
+    };
+    let url = std::env::var("EVENTS_TEST_NATS_URL").unwrap();
+    let (stream, prefix) = names();
+    let subject = format!("{prefix}.>");
+    let cli = |args: &[&str]| {
+        let mut argv = vec!["events", "nats", "stream"];
+        argv.extend_from_slice(args);
+        argv.iter().map(|s| s.to_string()).collect::<Vec<_>>()
+    };
+    let run = |argv: Vec<String>| async move {
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let code = event_runtime::cli::run_with_output(
+            argv,
+            event_runtime::cli::App::standalone(),
+            &mut out,
+            &mut err,
+        )
+        .await;
+        (
+            code == std::process::ExitCode::SUCCESS,
+            String::from_utf8(out).unwrap(),
+            String::from_utf8(err).unwrap(),
+        )
+    };
+    let base = ["--nats", &url, "--subject", &subject];
+    let mut create = cli(&["create", &stream]);
+    create.extend(base.iter().map(|s| s.to_string()));
+    let (ok, out, err) = run(create).await;
+    assert!(ok, "{err}");
+    assert!(out.contains(&format!("stream {stream}: ok")), "{out}");
+    assert!(out.contains("duplicate window  120 s"), "{out}");
+    let mut check = cli(&["check", &stream]);
+    check.extend(base.iter().map(|s| s.to_string()));
+    assert!(run(check.clone()).await.0);
+    check.extend(["--duplicate-window".to_owned(), "600".to_owned()]);
+    let (ok, _, err) = run(check).await;
+    assert!(!ok);
+    assert!(err.contains("duplicate_window is 120s"), "{err}");
+    jetstream::new(client).delete_stream(&stream).await.unwrap();
+}
