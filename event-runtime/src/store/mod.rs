@@ -20,8 +20,8 @@ mod operator;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres;
-mod resolve;
 mod query;
+mod resolve;
 pub(crate) mod sql;
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
@@ -37,8 +37,8 @@ use chrono::{DateTime, Utc};
 use futures_util::future::BoxFuture;
 
 pub use backend::{Backend, BackendTransaction};
-pub use resolve::RESOLVE_PAGE;
 pub use query::{Query, Row};
+pub use resolve::RESOLVE_PAGE;
 pub use tx::{SqlValue, Tx};
 pub use types::{
     AuditEntry, BrokerMetadata, DeadLetter, DeadLetterCount, DeadLetterFilter, DeadLetterReason,
