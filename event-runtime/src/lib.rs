@@ -93,6 +93,13 @@
 //! `handler`), `events_handler_duration_seconds` (histogram). Each delivery runs in a
 //! `tracing` span `delivery` with the event name, event id, handler and attempt.
 //!
+//! # Transports
+//! With the feature `nats`, `transport::nats` carries events between services through NATS
+//! JetStream: `NatsRelay` is a [`Destination`] that publishes committed events (CloudEvents
+//! structured mode, `Nats-Msg-Id` = the event id) and completes each delivery on the broker's
+//! acknowledgement, and `NatsInbox` commits what a consuming service receives into that
+//! service's own outbox before acknowledging it, so its handlers run with the same guarantees.
+//!
 //! # Operations
 //! The `events` command-line tool (module `cli` and the `events` binary, feature `cli`) lists,
 //! shows, replays and purges dead letters, prints outbox statistics, and — embedded in your

@@ -198,3 +198,44 @@ async fn opening_an_outbox_without_privileges_reports_the_database_error() {
         Ok(_) => panic!("{role} could open {schema} without privileges"),
     }
 }
+
+/// PostgreSQL cannot store U+0000 in text: an aggregate id holding one is refused at commit on
+/// every store, naming the field, before anything is written.
+#[tokio::test]
+async fn a_nul_in_an_aggregate_id_is_refused_at_commit_on_every_store() {
+    let (_, sqlite) = common::sqlite("nul_aggregate").await;
+    let mut stores = vec![sqlite];
+    if let Some((_, _, pg)) = common::postgres("nul_aggregate").await {
+        stores.push(pg);
+    }
+    for store in stores {
+        let label = store.backend_name();
+        let outbox = Outbox::builder(store.clone())
+            .dispatcher(Dispatcher::builder_empty().handler::<apply>())
+            .resource(Attempts::default())
+            .build()
+            .unwrap();
+        let mut uow = outbox.begin().await.unwrap();
+        uow.add(event_core::Envelope::new(Deposited {
+            account: "acc\0nul".into(),
+            amount: 1,
+            fail: Fail::Never,
+        }));
+        match uow.commit().await {
+            Err(
+                e @ OutboxError::Unstorable {
+                    field: "aggregate id",
+                    ..
+                },
+            ) => {
+                assert!(e.to_string().contains("U+0000"), "{label}: {e}")
+            }
+            other => panic!("{label}: {other:?}"),
+        }
+        assert_eq!(
+            store.stats().await.unwrap().events,
+            0,
+            "{label}: nothing written"
+        );
+    }
+}

@@ -190,8 +190,12 @@ fn bar(io: &Io<'_>, total: u64, doing: &str) -> Option<ProgressBar> {
     Some(bar)
 }
 
-/// A failed operation over a selection says how to finish it.
+/// A failed operation over a selection says how to finish it (an audit id that names no such
+/// operation is just that: nothing ran).
 fn interrupted(e: crate::store::StoreError, doing: &str) -> CliError {
+    if matches!(e, crate::store::StoreError::NoSuchResolution { .. }) {
+        return CliError::Store(e);
+    }
     CliError::Interrupted {
         doing: doing.to_owned(),
         source: e,

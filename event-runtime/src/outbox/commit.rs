@@ -26,8 +26,8 @@ pub struct CommitReport {
 /// The events of one command and the store transaction that carries them and the
 /// application's own writes.
 ///
-/// [`commit`](Self::commit): 1. appends one outbox row per event (an id already present is
-/// skipped whole); 2. runs the `in_transaction` handlers of the new events inside the
+/// [`commit`](Self::commit): 1. appends one outbox row per event (an id already present, or
+/// added twice to this unit of work, is skipped whole); 2. runs the `in_transaction` handlers of the new events inside the
 /// transaction — an error rolls everything back; 3. writes one delivery row per (event,
 /// destination); 4. COMMITs. No after-commit handler runs, and nothing leaves the process,
 /// before COMMIT. Dropping the unit of work without committing rolls back.
@@ -178,6 +178,18 @@ impl<'o> OutboxUnitOfWork<'o> {
                 name: envelope.name(),
                 source,
             })?;
+            for (field, text) in [
+                ("aggregate type", meta.aggregate_type.as_str()),
+                ("aggregate id", meta.aggregate_id.as_str()),
+            ] {
+                if text.contains('\0') {
+                    return Err(OutboxError::Unstorable {
+                        event_id: meta.id,
+                        name: envelope.name(),
+                        field,
+                    });
+                }
+            }
             let limit = inner.config.max_envelope_bytes;
             if json.len() > limit {
                 return Err(OutboxError::TooLarge {
@@ -203,11 +215,29 @@ impl<'o> OutboxUnitOfWork<'o> {
                     .unwrap_or_default(),
             });
         }
+        // An event id added twice to this unit of work is one event: the first is appended,
+        // the others are duplicates, as an id already in the outbox is (no second
+        // in-transaction run, no second delivery, no conflict with itself).
+        let mut seen = std::collections::HashSet::with_capacity(rows.len());
+        let first: Vec<bool> = rows.iter().map(|r| seen.insert(r.event_id)).collect();
+        let rows: Vec<NewEvent> = rows
+            .into_iter()
+            .zip(&first)
+            .filter_map(|(r, &first)| first.then_some(r))
+            .collect();
         let now = inner.clock.now_ms();
         let new_ids = tx.backend().append_events(&rows, now).await?;
         let mut report = CommitReport::default();
         let mut new_rows = Vec::with_capacity(new_ids.len());
-        for (envelope, row) in self.pending.iter().zip(&rows) {
+        let mut unique = rows.iter().peekable();
+        for (envelope, &first) in self.pending.iter().zip(&first) {
+            let row = match unique.next_if(|_| first) {
+                Some(row) => row,
+                None => {
+                    report.duplicates += 1;
+                    continue;
+                }
+            };
             if !new_ids.contains(&row.event_id) {
                 report.duplicates += 1;
                 continue;

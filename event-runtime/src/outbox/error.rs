@@ -47,6 +47,19 @@ pub enum OutboxError {
         /// The limit.
         limit: usize,
     },
+    /// An envelope's aggregate type or id contains U+0000, which PostgreSQL cannot store in
+    /// text: refused at commit on every store (so that an application behaves the same on
+    /// both), before anything is written. (U+0000 inside the payload is fine: JSON escapes
+    /// it.)
+    #[error("event {event_id} ({name}): its {field} contains U+0000, which PostgreSQL cannot store in text; refused on every store")]
+    Unstorable {
+        /// The event id.
+        event_id: Uuid,
+        /// The event name.
+        name: &'static str,
+        /// `aggregate type` or `aggregate id`.
+        field: &'static str,
+    },
     /// [`Outbox::drain`](crate::Outbox::drain) ran out of time with deliveries still able to
     /// progress.
     #[error("drain timed out with {pending} runs of deliveries still able to progress")]

@@ -309,6 +309,33 @@ pub async fn appending_an_event_id_twice_has_one_effect(db: &Db) {
         count(outbox.store(), "SELECT COUNT(*) FROM event_deliveries", &[]).await,
         1
     );
+
+    // Twice in one unit of work, with a sequence and without: one event, no conflict with
+    // itself, its in-transaction handler run once.
+    for sequenced in [true, false] {
+        let e = Envelope::new(deposit("twice", 1, Fail::Never));
+        let e = if sequenced { e.with_sequence(1) } else { e };
+        let mut uow = outbox.begin().await.unwrap();
+        uow.add(e.clone());
+        uow.add(e.clone());
+        let report = uow.commit().await.unwrap();
+        assert_eq!(
+            (
+                report.appended,
+                report.duplicates,
+                report.in_transaction.len()
+            ),
+            (1, 1, 1),
+            "{}: sequenced {sequenced}",
+            db.label()
+        );
+    }
+    assert_eq!(
+        count(outbox.store(), "SELECT COUNT(*) FROM ledger", &[]).await,
+        3,
+        "{}: the in-transaction handler ran once for each",
+        db.label()
+    );
 }
 
 pub async fn a_second_commit_of_the_same_aggregate_sequence_is_a_conflict(db: &Db) {
