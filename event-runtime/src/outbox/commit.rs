@@ -83,6 +83,7 @@ impl<'o> OutboxUnitOfWork<'o> {
     /// as it is): its aggregate is keyed by `aggregate_type` (which names the producer, so
     /// that it never collides with this service's own aggregates), and it gets deliveries to
     /// local handlers only, never to a transport's relay.
+    #[cfg_attr(not(feature = "nats"), allow(dead_code))]
     pub(crate) fn add_received(
         &mut self,
         envelope: Box<dyn AnyEnvelope>,
