@@ -84,6 +84,8 @@ pub(crate) fn in_run_order(mut claimed: Vec<ClaimedDelivery>) -> Vec<ClaimedDeli
 /// The next `quota` pending deliveries after each run's head, in sequence order: one
 /// statement per 100 runs, each run its own `LIMIT`ed range of the (handler, aggregate,
 /// sequence) index (so that a long backlog behind a head is never read).
+// Used by the SQLite dialect (serialised writers).
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 async fn followers<D: Dialect>(
     conn: &mut Conn<D>,
     runs: &[(String, String, String, i64)],
@@ -126,6 +128,8 @@ async fn followers<D: Dialect>(
 
 /// Claims in one transaction of several statements: for a dialect whose writers are
 /// serialised (SQLite), so that no other claim runs in between.
+// Used by the SQLite dialect (serialised writers).
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 pub(crate) async fn claim_in_steps<D: Dialect>(
     pool: &Pool<D::DB>,
     req: &ClaimRequest<'_>,
@@ -196,6 +200,8 @@ pub(crate) async fn claim_in_steps<D: Dialect>(
     Ok(in_run_order(claimed))
 }
 
+// Used by the SQLite dialect (serialised writers).
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 async fn lease<D: Dialect>(
     conn: &mut Conn<D>,
     token: &str,

@@ -38,6 +38,7 @@ pub(crate) trait SqlExec: Database {
     ) -> BoxFuture<'c, Result<Vec<Self::Row>, sqlx::Error>>;
 
     /// Runs several statements separated by `;` with no arguments (DDL, fixtures).
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
     fn exec_script<'c>(
         conn: &'c mut Self::Connection,
         sql: &'c str,
