@@ -76,6 +76,22 @@ async fn nats(test: &str) -> Option<async_nats::Client> {
 }
 
 /// A stream and subject prefix of its own.
+/// A client, its JetStream context, and a fresh stream (capturing `<prefix>.>`) with its name
+/// and subject prefix; `None` when NATS is not configured (said once).
+async fn with_stream(
+    test: &str,
+) -> Option<(async_nats::Client, jetstream::Context, String, String)> {
+    let client = nats(test).await?;
+    let js = jetstream::new(client.clone());
+    let (stream, prefix) = names();
+    StreamSpec::new(&stream)
+        .subjects([format!("{prefix}.>")])
+        .create(&js)
+        .await
+        .unwrap();
+    Some((client, js, stream, prefix))
+}
+
 fn names() -> (String, String) {
     let id = uuid::Uuid::now_v7().simple().to_string();
     (format!("T{id}"), format!("t{id}"))
@@ -221,16 +237,9 @@ impl Destination for CrashAfterAck {
 
 #[tokio::test]
 async fn relay_crash_after_the_ack_publishes_again_and_the_stream_and_consumer_keep_it_once() {
-    let Some(client) = nats("relay_crash_after_ack").await else {
+    let Some((client, js, stream, prefix)) = with_stream("relay_crash_after_ack").await else {
         return;
     };
-    let js = jetstream::new(client.clone());
-    let (stream, prefix) = names();
-    StreamSpec::new(&stream)
-        .subjects([format!("{prefix}.>")])
-        .create(&js)
-        .await
-        .unwrap();
     let relay = NatsRelay::new(client.clone(), relay_config(&stream, &prefix));
     let crash = Arc::new(CrashAfterAck {
         relay: relay.clone(),
@@ -296,16 +305,9 @@ async fn relay_crash_after_the_ack_publishes_again_and_the_stream_and_consumer_k
 
 #[tokio::test]
 async fn consumer_crash_after_its_commit_before_the_ack_is_redelivered_and_deduplicated() {
-    let Some(client) = nats("consumer_crash_before_ack").await else {
+    let Some((client, js, stream, prefix)) = with_stream("consumer_crash_before_ack").await else {
         return;
     };
-    let js = jetstream::new(client.clone());
-    let (stream, prefix) = names();
-    StreamSpec::new(&stream)
-        .subjects([format!("{prefix}.>")])
-        .create(&js)
-        .await
-        .unwrap();
     let relay = NatsRelay::new(client.clone(), relay_config(&stream, &prefix));
     let outbox = producer(
         "nats_consumer_crash",
@@ -350,16 +352,9 @@ async fn consumer_crash_after_its_commit_before_the_ack_is_redelivered_and_dedup
 
 #[tokio::test]
 async fn poison_messages_go_to_the_dead_letter_queue_with_broker_metadata_and_later_ones_flow() {
-    let Some(client) = nats("poison").await else {
+    let Some((_client, js, stream, prefix)) = with_stream("poison").await else {
         return;
     };
-    let js = jetstream::new(client.clone());
-    let (stream, prefix) = names();
-    StreamSpec::new(&stream)
-        .subjects([format!("{prefix}.>")])
-        .create(&js)
-        .await
-        .unwrap();
     let good = shipped("P", 1, 42);
     let good_json = serde_json::to_string(&good).unwrap();
     let unknown = good_json
@@ -421,16 +416,9 @@ async fn poison_messages_go_to_the_dead_letter_queue_with_broker_metadata_and_la
 
 #[tokio::test]
 async fn an_oversize_envelope_is_refused_at_commit_and_limits_the_broker_refuses_fail_the_check() {
-    let Some(client) = nats("oversize").await else {
+    let Some((client, js, stream, prefix)) = with_stream("oversize").await else {
         return;
     };
-    let js = jetstream::new(client.clone());
-    let (stream, prefix) = names();
-    StreamSpec::new(&stream)
-        .subjects([format!("{prefix}.>")])
-        .create(&js)
-        .await
-        .unwrap();
     // The defaults pass against a default server.
     let relay = NatsRelay::new(client.clone(), relay_config(&stream, &prefix));
     let outbox = producer("nats_oversize", relay.clone(), OutboxConfig::default()).await;
@@ -696,16 +684,9 @@ asyncio.run(main(sys.argv[1], sys.argv[2]))
 
 #[tokio::test]
 async fn the_official_python_client_and_cloudevents_sdk_read_every_published_event_once() {
-    let Some(client) = nats("python_reader").await else {
+    let Some((client, js, stream, prefix)) = with_stream("python_reader").await else {
         return;
     };
-    let js = jetstream::new(client.clone());
-    let (stream, prefix) = names();
-    StreamSpec::new(&stream)
-        .subjects([format!("{prefix}.>")])
-        .create(&js)
-        .await
-        .unwrap();
     let relay = NatsRelay::new(client.clone(), relay_config(&stream, &prefix));
     let outbox = producer("nats_python", relay.clone(), OutboxConfig::default()).await;
     relay.check(&outbox).await.unwrap();

@@ -123,12 +123,7 @@ async fn an_oversized_envelope_fails_the_commit_and_writes_nothing() {
 
 #[tokio::test]
 async fn a_sequence_above_i64_max_is_refused_at_commit() {
-    let (_, sqlite) = common::sqlite("sequence_range").await;
-    let mut stores = vec![sqlite];
-    if let Some((_, _, pg)) = common::postgres("sequence_range").await {
-        stores.push(pg);
-    }
-    for store in stores {
+    for store in both_stores("sequence_range").await {
         let label = store.backend_name();
         let outbox = Outbox::builder(store.clone())
             .dispatcher(Dispatcher::builder_empty().handler::<apply>())
@@ -203,12 +198,7 @@ async fn opening_an_outbox_without_privileges_reports_the_database_error() {
 /// every store, naming the field, before anything is written.
 #[tokio::test]
 async fn a_nul_in_an_aggregate_id_is_refused_at_commit_on_every_store() {
-    let (_, sqlite) = common::sqlite("nul_aggregate").await;
-    let mut stores = vec![sqlite];
-    if let Some((_, _, pg)) = common::postgres("nul_aggregate").await {
-        stores.push(pg);
-    }
-    for store in stores {
+    for store in both_stores("nul_aggregate").await {
         let label = store.backend_name();
         let outbox = Outbox::builder(store.clone())
             .dispatcher(Dispatcher::builder_empty().handler::<apply>())
@@ -238,4 +228,14 @@ async fn a_nul_in_an_aggregate_id_is_refused_at_commit_on_every_store() {
             "{label}: nothing written"
         );
     }
+}
+
+/// A fresh SQLite store, and a fresh PostgreSQL one when PostgreSQL is configured.
+async fn both_stores(test: &str) -> Vec<Store> {
+    let (_, sqlite) = common::sqlite(test).await;
+    let mut stores = vec![sqlite];
+    if let Some((_, _, pg)) = common::postgres(test).await {
+        stores.push(pg);
+    }
+    stores
 }
