@@ -248,21 +248,30 @@ pub fn fast() -> OutboxConfig {
     }
 }
 
-/// An outbox over `db` with the three handlers of this file.
-pub async fn outbox(db: &Db, calls: &Arc<Calls>, config: OutboxConfig) -> Outbox {
+/// An outbox over `db` with the handlers of `dispatcher`, `calls` as a resource and the
+/// [`fast`] configuration, `configure` applied last (a later `.config(…)` replaces it).
+pub async fn outbox_with(
+    db: &Db,
+    calls: &Arc<Calls>,
+    dispatcher: event_runtime::DispatcherBuilder,
+    configure: impl FnOnce(event_runtime::OutboxBuilder) -> event_runtime::OutboxBuilder,
+) -> Outbox {
     let store = db.open().await;
     setup(&store).await;
-    Outbox::builder(store)
-        .dispatcher(
-            Dispatcher::builder_empty()
-                .handler::<in_tx>()
-                .handler::<external>()
-                .handler::<external2>(),
-        )
+    let builder = Outbox::builder(store)
+        .dispatcher(dispatcher)
         .resource_arc(Arc::clone(calls))
-        .config(config)
-        .build()
-        .unwrap()
+        .config(fast());
+    configure(builder).build().unwrap()
+}
+
+/// An outbox over `db` with the three handlers of this file.
+pub async fn outbox(db: &Db, calls: &Arc<Calls>, config: OutboxConfig) -> Outbox {
+    let handlers = Dispatcher::builder_empty()
+        .handler::<in_tx>()
+        .handler::<external>()
+        .handler::<external2>();
+    outbox_with(db, calls, handlers, |b| b.config(config)).await
 }
 
 /// Commits events `acts` for `stream`, sequenced from `first`.
@@ -460,17 +469,18 @@ pub async fn a_handler_without_a_transaction_does_not_hold_back_application_writ
 
 pub async fn handlers_without_a_transaction_run_concurrently_across_aggregates(db: &Db) {
     let calls = Arc::new(Calls::default());
-    let store = db.open().await;
-    setup(&store).await;
-    let outbox = Outbox::builder(store)
-        .dispatcher(Dispatcher::builder_empty().handler::<external>())
-        .resource_arc(Arc::clone(&calls))
-        .config(OutboxConfig {
-            concurrency: 16,
-            ..fast()
-        })
-        .build()
-        .unwrap();
+    let outbox = outbox_with(
+        db,
+        &calls,
+        Dispatcher::builder_empty().handler::<external>(),
+        |b| {
+            b.config(OutboxConfig {
+                concurrency: 16,
+                ..fast()
+            })
+        },
+    )
+    .await;
     for s in 0..16 {
         commit(
             &outbox,
@@ -499,17 +509,18 @@ pub async fn handlers_without_a_transaction_run_concurrently_across_aggregates(d
 
 pub async fn a_claim_takes_a_whole_run_of_one_aggregate(db: &Db) {
     let calls = Arc::new(Calls::default());
-    let store = db.open().await;
-    setup(&store).await;
-    let outbox = Outbox::builder(store)
-        .dispatcher(Dispatcher::builder_empty().handler::<in_tx>())
-        .resource_arc(Arc::clone(&calls))
-        .config(OutboxConfig {
-            batch_size: 128,
-            ..fast()
-        })
-        .build()
-        .unwrap();
+    let outbox = outbox_with(
+        db,
+        &calls,
+        Dispatcher::builder_empty().handler::<in_tx>(),
+        |b| {
+            b.config(OutboxConfig {
+                batch_size: 128,
+                ..fast()
+            })
+        },
+    )
+    .await;
     commit(&outbox, "hot", 1, vec![Act::Ok; 100]).await;
     let r = outbox.deliver_batch().await.unwrap();
     // 0.1.0 claimed one delivery of an aggregate per batch: 2,000 events of one aggregate
@@ -520,14 +531,13 @@ pub async fn a_claim_takes_a_whole_run_of_one_aggregate(db: &Db) {
 
 pub async fn a_failing_head_uses_no_attempt_of_the_run_behind_it(db: &Db) {
     let calls = Arc::new(Calls::default());
-    let store = db.open().await;
-    setup(&store).await;
-    let outbox = Outbox::builder(store)
-        .dispatcher(Dispatcher::builder_empty().handler::<external>())
-        .resource_arc(Arc::clone(&calls))
-        .config(fast())
-        .build()
-        .unwrap();
+    let outbox = outbox_with(
+        db,
+        &calls,
+        Dispatcher::builder_empty().handler::<external>(),
+        |b| b,
+    )
+    .await;
     let ids = commit(
         &outbox,
         "h",
@@ -552,18 +562,19 @@ pub async fn a_failing_head_uses_no_attempt_of_the_run_behind_it(db: &Db) {
 
 pub async fn a_handler_over_its_time_limit_is_retried(db: &Db) {
     let calls = Arc::new(Calls::default());
-    let store = db.open().await;
-    setup(&store).await;
-    let outbox = Outbox::builder(store)
-        .dispatcher(Dispatcher::builder_empty().handler::<external>())
-        .resource_arc(Arc::clone(&calls))
-        .handler_options(
-            "engine.ext",
-            HandlerOptions::new().timeout(Duration::from_millis(200)),
-        )
-        .config(fast())
-        .build()
-        .unwrap();
+    let outbox = outbox_with(
+        db,
+        &calls,
+        Dispatcher::builder_empty().handler::<external>(),
+        |b| {
+            b.handler_options(
+                "engine.ext",
+                HandlerOptions::new().timeout(Duration::from_millis(200)),
+            )
+            .config(fast())
+        },
+    )
+    .await;
     let id = commit(&outbox, "t", 1, vec![Act::SleepOnce(10_000)]).await[0];
     let started = Instant::now();
     outbox.drain(DRAIN).await.unwrap();
@@ -575,18 +586,19 @@ pub async fn a_handler_over_its_time_limit_is_retried(db: &Db) {
 
 pub async fn a_statement_over_the_time_limit_is_stopped_in_the_database(db: &Db) {
     let calls = Arc::new(Calls::default());
-    let store = db.open().await;
-    setup(&store).await;
-    let outbox = Outbox::builder(store)
-        .dispatcher(Dispatcher::builder_empty().handler::<in_tx>())
-        .resource_arc(Arc::clone(&calls))
-        .handler_options(
-            "engine.tx",
-            HandlerOptions::new().timeout(Duration::from_millis(500)),
-        )
-        .config(fast())
-        .build()
-        .unwrap();
+    let outbox = outbox_with(
+        db,
+        &calls,
+        Dispatcher::builder_empty().handler::<in_tx>(),
+        |b| {
+            b.handler_options(
+                "engine.tx",
+                HandlerOptions::new().timeout(Duration::from_millis(500)),
+            )
+            .config(fast())
+        },
+    )
+    .await;
     let id = commit(&outbox, "st", 1, vec![Act::LongStatement]).await[0];
     let started = Instant::now();
     outbox.drain(DRAIN).await.unwrap();
@@ -735,18 +747,15 @@ pub async fn a_conflict_names_the_rejected_event(db: &Db) {
 
 pub async fn a_paused_destination_is_not_claimed_and_uses_no_attempts(db: &Db) {
     let calls = Arc::new(Calls::default());
-    let store = db.open().await;
-    setup(&store).await;
-    let outbox = Outbox::builder(store)
-        .dispatcher(
-            Dispatcher::builder_empty()
-                .handler::<external>()
-                .handler::<external2>(),
-        )
-        .resource_arc(Arc::clone(&calls))
-        .config(fast())
-        .build()
-        .unwrap();
+    let outbox = outbox_with(
+        db,
+        &calls,
+        Dispatcher::builder_empty()
+            .handler::<external>()
+            .handler::<external2>(),
+        |b| b,
+    )
+    .await;
     let s = outbox.store();
     s.pause_destination("engine.ext", "the mail provider is down")
         .await
@@ -895,17 +904,18 @@ pub async fn workers_stop_with_the_applications_cancellation_token(db: &Db) {
 
 pub async fn an_aborted_shutdown_gives_its_deliveries_back_at_once(db: &Db) {
     let calls = Arc::new(Calls::default());
-    let store = db.open().await;
-    setup(&store).await;
-    let outbox = Outbox::builder(store)
-        .dispatcher(Dispatcher::builder_empty().handler::<external>())
-        .resource_arc(Arc::clone(&calls))
-        .config(OutboxConfig {
-            lease: Duration::from_secs(30),
-            ..fast()
-        })
-        .build()
-        .unwrap();
+    let outbox = outbox_with(
+        db,
+        &calls,
+        Dispatcher::builder_empty().handler::<external>(),
+        |b| {
+            b.config(OutboxConfig {
+                lease: Duration::from_secs(30),
+                ..fast()
+            })
+        },
+    )
+    .await;
     let id = commit(&outbox, "a", 1, vec![Act::SleepOnce(5_000)]).await[0];
     let workers = outbox.spawn_workers(1);
     calls.started().await;
