@@ -153,14 +153,21 @@ pub(crate) fn fast_retries() -> OutboxConfig {
 }
 
 pub(crate) async fn outbox(db: &Db) -> Outbox {
+    outbox_of(
+        db,
+        Dispatcher::builder_empty()
+            .handler::<apply>()
+            .handler::<check_amount>(),
+    )
+    .await
+}
+
+/// An outbox over `db` with the handlers of `dispatcher`, attempts counted, fast retries.
+pub(crate) async fn outbox_of(db: &Db, dispatcher: event_runtime::DispatcherBuilder) -> Outbox {
     let store = db.open().await;
     setup(&store).await;
     Outbox::builder(store)
-        .dispatcher(
-            Dispatcher::builder_empty()
-                .handler::<apply>()
-                .handler::<check_amount>(),
-        )
+        .dispatcher(dispatcher)
         .resource(Attempts::default())
         .config(fast_retries())
         .build()
@@ -744,18 +751,13 @@ pub async fn an_expired_lease_is_claimed_again_and_a_live_one_is_not(db: &Db) {
 }
 
 pub async fn an_unordered_handler_is_not_held_back_by_a_dead_letter(db: &Db) {
-    let store = db.open().await;
-    setup(&store).await;
-    let outbox = Outbox::builder(store)
-        .dispatcher(
-            Dispatcher::builder_empty()
-                .handler::<apply>()
-                .handler::<export>(),
-        )
-        .resource(Attempts::default())
-        .config(fast_retries())
-        .build()
-        .unwrap();
+    let outbox = outbox_of(
+        db,
+        Dispatcher::builder_empty()
+            .handler::<apply>()
+            .handler::<export>(),
+    )
+    .await;
     commit(
         &outbox,
         vec![
@@ -789,18 +791,13 @@ pub async fn an_unordered_handler_is_not_held_back_by_a_dead_letter(db: &Db) {
 }
 
 pub async fn a_process_without_a_handler_leaves_its_deliveries_to_one_that_has_it(db: &Db) {
-    let store = db.open().await;
-    setup(&store).await;
-    let full = Outbox::builder(store.clone())
-        .dispatcher(
-            Dispatcher::builder_empty()
-                .handler::<apply>()
-                .handler::<export>(),
-        )
-        .resource(Attempts::default())
-        .config(fast_retries())
-        .build()
-        .unwrap();
+    let full = outbox_of(
+        db,
+        Dispatcher::builder_empty()
+            .handler::<apply>()
+            .handler::<export>(),
+    )
+    .await;
     let id = commit(&full, vec![deposit("fh", 1, Fail::Never)])
         .await
         .unwrap()[0];
