@@ -132,7 +132,7 @@ pub enum StoreError {
         schema: Option<String>,
     },
     /// [`Store::resume_resolution`]: no replay or purge over a selection has this audit id.
-    #[error("audit row {audit_id} is not a replay or purge over a selection")]
+    #[error("no replay or purge over a selection has audit id {audit_id} (dlq audit lists them)")]
     NoSuchResolution {
         /// The audit id asked for.
         audit_id: i64,
