@@ -117,32 +117,179 @@ impl fmt::Debug for HandlerDescriptor {
     }
 }
 
+/// A borrowed envelope behind `Any`, with its type id read once.
+///
+/// The runtime builds one per dispatch and hands it to every handler of the event, so that a
+/// handler finding its `Envelope<E>` compares two type ids instead of making a virtual call
+/// (`<dyn Any>::downcast_ref` asks the value's vtable for its type every time).
+#[derive(Clone, Copy)]
+pub struct EnvelopeRef<'a> {
+    value: &'a (dyn Any + Send + Sync),
+    type_id: TypeId,
+}
+
+impl<'a> EnvelopeRef<'a> {
+    /// Borrows `value` (an `Envelope<E>`, or anything a hand-written test wants to pass) with
+    /// its type known statically: no virtual call.
+    #[inline(always)]
+    pub fn of<T: Any + Send + Sync>(value: &'a T) -> Self {
+        EnvelopeRef {
+            value,
+            type_id: TypeId::of::<T>(),
+        }
+    }
+
+    /// Borrows a type-erased `value`, asking its vtable for its type once.
+    #[inline]
+    pub fn new(value: &'a (dyn Any + Send + Sync)) -> Self {
+        EnvelopeRef {
+            value,
+            type_id: Any::type_id(value),
+        }
+    }
+
+    /// Borrows `value` whose type id the caller already holds (the runtime keeps the two
+    /// apart in its dispatch future, where a 32-byte copy of this struct would be slower
+    /// than two register pairs).
+    ///
+    /// # Safety
+    /// `type_id` must be the type id of `value`'s concrete type (`Any::type_id(value)`).
+    #[doc(hidden)]
+    #[inline(always)]
+    pub unsafe fn from_parts_unchecked(
+        value: &'a (dyn Any + Send + Sync),
+        type_id: TypeId,
+    ) -> Self {
+        EnvelopeRef { value, type_id }
+    }
+
+    /// The type id of the borrowed value.
+    #[inline(always)]
+    pub fn type_id(&self) -> TypeId {
+        self.type_id
+    }
+
+    /// The borrowed value.
+    #[inline(always)]
+    pub fn as_any(&self) -> &'a (dyn Any + Send + Sync) {
+        self.value
+    }
+
+    /// The value as `&T`, when it is one.
+    #[inline(always)]
+    pub fn downcast<T: Any>(&self) -> Option<&'a T> {
+        if self.type_id == TypeId::of::<T>() {
+            // SAFETY: `type_id` is the type id of `value`'s concrete type: the safe
+            // constructors read it from the value itself (`TypeId::of::<T>()` of a `&T`, or
+            // its vtable), `from_parts_unchecked` requires it, and the fields are private. Equal ids mean the value is a `T`, so the data
+            // pointer of the trait object points to a valid `T` for `'a` (what
+            // `<dyn Any>::downcast_ref` does after its own comparison).
+            Some(unsafe { &*(self.value as *const (dyn Any + Send + Sync) as *const T) })
+        } else {
+            None
+        }
+    }
+}
+
+impl fmt::Debug for EnvelopeRef<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EnvelopeRef")
+            .field("type_id", &self.type_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a, T: Any + Send + Sync> From<&'a T> for EnvelopeRef<'a> {
+    #[inline(always)]
+    fn from(value: &'a T) -> Self {
+        EnvelopeRef::of(value)
+    }
+}
+
+impl<'a> From<&'a (dyn Any + Send + Sync)> for EnvelopeRef<'a> {
+    #[inline]
+    fn from(value: &'a (dyn Any + Send + Sync)) -> Self {
+        EnvelopeRef::new(value)
+    }
+}
+
+/// A resource as the runtime holds it for handlers: shared, with its type id read once when
+/// it was bound, so that handing it to a handler is a comparison rather than a virtual call.
+#[derive(Clone)]
+pub struct BoundResource {
+    value: Arc<dyn Any + Send + Sync>,
+    type_id: TypeId,
+}
+
+impl BoundResource {
+    /// Binds `value`, reading its type once.
+    pub fn new(value: Arc<dyn Any + Send + Sync>) -> Self {
+        let type_id = Any::type_id(&*value);
+        BoundResource { value, type_id }
+    }
+
+    /// The shared value.
+    pub fn value(&self) -> &Arc<dyn Any + Send + Sync> {
+        &self.value
+    }
+
+    /// The value as `&T`, when it is one.
+    #[inline(always)]
+    pub fn downcast_ref<T: Any>(&self) -> Option<&T> {
+        if self.type_id == TypeId::of::<T>() {
+            // SAFETY: `type_id` was read from the value itself in `new` (its vtable), and the
+            // fields are private: equal ids mean the `Arc`'s data is a `T`, alive as long as
+            // `self` is borrowed.
+            Some(unsafe { &*(Arc::as_ptr(&self.value) as *const T) })
+        } else {
+            None
+        }
+    }
+}
+
+impl fmt::Debug for BoundResource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BoundResource")
+            .field("type_id", &self.type_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl From<Arc<dyn Any + Send + Sync>> for BoundResource {
+    fn from(value: Arc<dyn Any + Send + Sync>) -> Self {
+        BoundResource::new(value)
+    }
+}
+
 /// What a handler is called with: the envelope, the resources resolved for it at start-up,
 /// and the open transaction when there is one.
 pub struct HandlerContext<'a> {
-    envelope: &'a (dyn Any + Send + Sync),
-    resources: &'a [Arc<dyn Any + Send + Sync>],
+    envelope: EnvelopeRef<'a>,
+    resources: &'a [BoundResource],
     transaction: Option<&'a mut (dyn Any + Send)>,
 }
 
 impl<'a> HandlerContext<'a> {
-    /// A context over `envelope` (an `Envelope<E>` behind `Any`), the handler's resources in
-    /// parameter order, and an optional transaction.
+    /// A context over `envelope` (an `Envelope<E>`: `&envelope`, a `&dyn Any`, or an
+    /// [`EnvelopeRef`]), the handler's resources in parameter order, and an optional
+    /// transaction.
+    #[inline(always)]
     pub fn new(
-        envelope: &'a (dyn Any + Send + Sync),
-        resources: &'a [Arc<dyn Any + Send + Sync>],
+        envelope: impl Into<EnvelopeRef<'a>>,
+        resources: &'a [BoundResource],
         transaction: Option<&'a mut (dyn Any + Send)>,
     ) -> Self {
         HandlerContext {
-            envelope,
+            envelope: envelope.into(),
             resources,
             transaction,
         }
     }
 
     /// The envelope as `Envelope<E>`, when it is one: how an event union finds its variant.
+    #[inline(always)]
     pub fn try_envelope<E: DomainEvent>(&self) -> Option<&'a Envelope<E>> {
-        self.envelope.downcast_ref::<Envelope<E>>()
+        self.envelope.downcast::<Envelope<E>>()
     }
 
     /// The envelope as `Envelope<E>`.
@@ -150,13 +297,12 @@ impl<'a> HandlerContext<'a> {
     /// # Errors
     /// A permanent [`HandlerError`] when the envelope is of another type (a runtime bug: the
     /// registry routes by type id).
+    #[inline(always)]
     pub fn envelope<E: DomainEvent>(&self) -> Result<&'a Envelope<E>, HandlerError> {
-        self.envelope.downcast_ref::<Envelope<E>>().ok_or_else(|| {
-            HandlerError::permanent_msg(format_args!(
-                "handler context holds another event type than `{}`",
-                std::any::type_name::<E>()
-            ))
-        })
+        match self.envelope.downcast::<Envelope<E>>() {
+            Some(e) => Ok(e),
+            None => Err(wrong_envelope::<E>()),
+        }
     }
 
     /// The resource at `index` (parameter order) as `&T`.
@@ -164,16 +310,16 @@ impl<'a> HandlerContext<'a> {
     /// # Errors
     /// A permanent [`HandlerError`] when it is missing or of another type (the registry checks
     /// this at start-up).
+    #[inline(always)]
     pub fn resource<T: Send + Sync + 'static>(&self, index: usize) -> Result<&'a T, HandlerError> {
-        self.resources
+        match self
+            .resources
             .get(index)
             .and_then(|r| r.downcast_ref::<T>())
-            .ok_or_else(|| {
-                HandlerError::permanent_msg(format_args!(
-                    "resource `{}` was not provided",
-                    std::any::type_name::<T>()
-                ))
-            })
+        {
+            Some(r) => Ok(r),
+            None => Err(missing_resource::<T>()),
+        }
     }
 
     /// Takes the transaction as `&mut T`. Can be called once.
@@ -341,4 +487,22 @@ impl<T: Send + Sync + 'static> Resource for T {}
 pub trait Handler {
     /// The handler's descriptor.
     const DESCRIPTOR: &'static HandlerDescriptor;
+}
+
+#[cold]
+#[inline(never)]
+fn wrong_envelope<E>() -> HandlerError {
+    HandlerError::permanent_msg(format_args!(
+        "handler context holds another event type than `{}`",
+        std::any::type_name::<E>()
+    ))
+}
+
+#[cold]
+#[inline(never)]
+fn missing_resource<T>() -> HandlerError {
+    HandlerError::permanent_msg(format_args!(
+        "resource `{}` was not provided",
+        std::any::type_name::<T>()
+    ))
 }

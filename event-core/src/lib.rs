@@ -120,8 +120,8 @@ pub use envelope::{AnyEnvelope, Envelope, Headers, Metadata, RawEnvelope, DEFAUL
 pub use error::{DecodeError, ErrorChain, ErrorKind, HandlerError, HeaderError};
 pub use event::{check_event_name, DomainEvent, EventDescriptor};
 pub use handler::{
-    DeliveryMode, EventArg, EventRef, EventUnion, Handler, HandlerCall, HandlerContext,
-    HandlerDescriptor, HandlerEvent, HandlerFuture, IntoHandlerResult, Resource,
+    BoundResource, DeliveryMode, EnvelopeRef, EventArg, EventRef, EventUnion, Handler, HandlerCall,
+    HandlerContext, HandlerDescriptor, HandlerEvent, HandlerFuture, IntoHandlerResult, Resource,
     ResourceDescriptor,
 };
 pub use recorder::EventRecorder;

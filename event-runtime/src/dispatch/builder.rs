@@ -5,7 +5,7 @@ use std::any::{Any, TypeId};
 use std::num::NonZeroUsize;
 use std::sync::Arc;
 
-use event_core::{DeliveryMode, DomainEvent, HandlerCall};
+use event_core::{BoundResource, DeliveryMode, DomainEvent, HandlerCall};
 
 use super::dispatcher::{Dispatcher, Inner};
 use super::guard::IdempotencyGuard;
@@ -114,7 +114,7 @@ impl DispatcherBuilder {
                 .map(|r| {
                     self.resources
                         .get(&(r.type_id)())
-                        .map(|(_, v)| Arc::clone(v))
+                        .map(|(_, v)| BoundResource::new(Arc::clone(v)))
                         .ok_or(RegistryError::MissingResource {
                             handler: descriptor.name,
                             type_name: (r.type_name)(),

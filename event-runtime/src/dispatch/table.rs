@@ -1,11 +1,10 @@
 //! The dispatcher's tables: handlers bound to their resources, each event's route through
 //! them, and the type table that finds an event's route. Built once; runs no handler.
 
-use std::any::{Any, TypeId};
+use std::any::TypeId;
 use std::hash::{Hash, Hasher};
-use std::sync::Arc;
 
-use event_core::{DeliveryMode, HandlerCall, HandlerDescriptor};
+use event_core::{BoundResource, DeliveryMode, HandlerCall, HandlerDescriptor};
 
 use super::dispatcher::Phase;
 use super::registry::TypeIdHasher;
@@ -18,7 +17,7 @@ pub(super) struct BoundHandler {
     pub(super) index: u32,
     pub(super) call: HandlerCall,
     pub(super) descriptor: &'static HandlerDescriptor,
-    pub(super) resources: Box<[Arc<dyn Any + Send + Sync>]>,
+    pub(super) resources: Box<[BoundResource]>,
 }
 
 /// One event's handlers, in the two orders they run in (each route holds its own copies, so

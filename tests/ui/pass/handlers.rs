@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 use event_core::{
-    event_handler, DeliveryMode, DomainEvent, Envelope, Handler, HandlerCall, HandlerContext,
+    event_handler, BoundResource, DeliveryMode, DomainEvent, Envelope, Handler, HandlerCall,
+    HandlerContext,
 };
 use serde::{Deserialize, Serialize};
 
@@ -70,7 +71,7 @@ fn main() {
     assert!(d.transaction.is_none());
     assert_eq!((d.events[0])().name, "order.placed");
     assert_eq!(d.resources.len(), 1);
-    let resources = [counter.clone()];
+    let resources = [BoundResource::new(counter.clone())];
     let mut ctx = HandlerContext::new(&envelope, &resources, None);
     let HandlerCall::Sync(call) = d.call else { panic!("sync handler") };
     call(&mut ctx).unwrap();
@@ -82,14 +83,17 @@ fn main() {
     assert_eq!(d.mode, DeliveryMode::InTransaction);
     assert_eq!(d.resources.len(), 2);
     assert!((d.transaction.unwrap().type_name)().ends_with("Tx"));
-    let resources = [counter.clone(), config.clone()];
+    let resources = [
+        BoundResource::new(counter.clone()),
+        BoundResource::new(config.clone()),
+    ];
     let mut ctx = HandlerContext::new(&envelope, &resources, Some(&mut tx));
     let HandlerCall::Sync(call) = d.call else { panic!("sync handler") };
     call(&mut ctx).unwrap();
 
     // async
     let d = <notify as Handler>::DESCRIPTOR;
-    let resources = [counter.clone()];
+    let resources = [BoundResource::new(counter.clone())];
     let mut ctx = HandlerContext::new(&envelope, &resources, None);
     let HandlerCall::Async(call) = d.call else { panic!("async handler") };
     block_on(call(&mut ctx)).unwrap();
