@@ -16,7 +16,8 @@
 //!   handler pause  NAME --reason TEXT [--actor WHO] [--force]
 //!   handler resume NAME [--reason TEXT] [--actor WHO]
 //!   catalog [--json]      (embedded only: the application's event types)
-//!   check                 (embedded only: every pending delivery and dead letter decodes)
+//!   check                 (embedded only: every pending delivery and dead letter decodes,
+//!                          and the engine can read every delivery row)
 //!   nats stream create|check [NAME] [--nats URL] [--subject S]... [--duplicate-window SECS]
 //!                         [--max-msg-size BYTES]   (feature `nats`; NATS only, no database)
 //! ```
@@ -57,7 +58,13 @@
 //! - `outbox stats` prints [`OutboxStats`]: events in the outbox, the pending backlog (and how
 //!   much of it waits behind a dead letter of its aggregate) and its oldest age in seconds,
 //!   open dead letters, deliveries in a status this version does not know (shown as unknown,
-//!   never as another status), paused destinations, per-handler counts.
+//!   never as another status), pending deliveries whose row the engine cannot read
+//!   ([`OutboxStats::unreadable`]: a column edited by hand, such as a text `next_attempt_at` on
+//!   SQLite; shown as `unreadable by the engine`, never delivered until repaired), paused
+//!   destinations, per-handler counts.
+//! - `check` (embedded) fails, listing them, when a pending delivery names a handler the
+//!   application does not have or does not decode with its event types, when an open dead
+//!   letter does not decode, and when a delivery row is unreadable or in an unknown status.
 //! - `handler pause` stops every worker of every process from claiming the destination's
 //!   deliveries ([`Store::pause_destination_audited`]); deliveries already claimed finish and
 //!   no attempt is used. `handler resume` lifts the operator's pause; a pause the runtime set
@@ -142,6 +149,7 @@
 //! [`Store::pause_destination_audited`]: crate::Store::pause_destination_audited
 //! [`DeadLetter`]: crate::DeadLetter
 //! [`OutboxStats`]: crate::OutboxStats
+//! [`OutboxStats::unreadable`]: crate::OutboxStats::unreadable
 
 mod args;
 mod catalog;
@@ -291,27 +299,52 @@ pub enum CliError {
     /// The command was refused (an empty reason or actor, a bulk operation not confirmed).
     #[error("{0}")]
     Refused(String),
-    /// `check` found pending deliveries or dead letters that this application cannot handle.
-    #[error("{} cannot be handled by this application (listed above)", check_counts(*.pending, *.dead))]
+    /// `check` found pending deliveries or dead letters that this application cannot handle,
+    /// or delivery rows the engine cannot read.
+    #[error("{}", check_counts(*.pending, *.dead, *.unreadable, *.unknown_status))]
     CheckFailed {
         /// Pending deliveries that would fail.
         pending: usize,
         /// Open dead letters whose replay would fail.
         dead: usize,
+        /// Pending deliveries whose row the engine cannot read
+        /// ([`OutboxStats::unreadable`](crate::OutboxStats::unreadable)).
+        unreadable: u64,
+        /// Deliveries in a status this version does not know
+        /// ([`OutboxStats::unknown_status`](crate::OutboxStats::unknown_status)).
+        unknown_status: u64,
     },
     /// Writing the output failed.
     #[error("writing output failed")]
     Output(#[from] io::Error),
 }
 
-fn check_counts(pending: usize, dead: usize) -> String {
-    let p = format::count(pending as u64, "pending delivery", "pending deliveries");
-    let d = format::count(dead as u64, "dead letter", "dead letters");
-    match (pending, dead) {
-        (_, 0) => p,
-        (0, _) => d,
-        _ => format!("{p} and {d}"),
+fn check_counts(pending: usize, dead: usize, unreadable: u64, unknown_status: u64) -> String {
+    let mut parts = Vec::new();
+    if pending + dead > 0 {
+        let p = format::count(pending as u64, "pending delivery", "pending deliveries");
+        let d = format::count(dead as u64, "dead letter", "dead letters");
+        parts.push(
+            match (pending, dead) {
+                (_, 0) => p,
+                (0, _) => d,
+                _ => format!("{p} and {d}"),
+            } + " cannot be handled by this application",
+        );
     }
+    if unreadable > 0 {
+        parts.push(format!(
+            "the engine cannot read the row of {}",
+            format::count(unreadable, "pending delivery", "pending deliveries")
+        ));
+    }
+    if unknown_status > 0 {
+        parts.push(format!(
+            "{} in a status this version does not know",
+            format::count(unknown_status, "delivery is", "deliveries are")
+        ));
+    }
+    format!("{} (listed above)", parts.join("; "))
 }
 
 impl CliError {

@@ -120,6 +120,13 @@ pub struct OutboxStats {
     /// Deliveries whose status this version does not know (written by a newer release, or
     /// edited by hand): counted here, never as another status.
     pub unknown_status: u64,
+    /// Pending deliveries whose row the engine cannot read: a column holding what the engine
+    /// never writes (edited by hand, or by a foreign tool) — on SQLite a value of the wrong
+    /// type (a text `next_attempt_at`), on every store an event id that is not a lower-case
+    /// hyphenated UUID, a negative sequence, or an event id with no outbox row. Counted in
+    /// [`pending`](Self::pending) too; such a delivery is never delivered (or never settled)
+    /// until the row is repaired or purged, so `events check` fails while there are any.
+    pub unreadable: u64,
     /// Per-handler delivery counts.
     pub handlers: Vec<HandlerStats>,
 }
@@ -139,6 +146,9 @@ pub struct HandlerStats {
     pub purged: u64,
     /// Deliveries in a status this version does not know.
     pub unknown: u64,
+    /// Pending deliveries whose row the engine cannot read (counted in
+    /// [`pending`](Self::pending) too; see [`OutboxStats::unreadable`]).
+    pub unreadable: u64,
     /// Whether the destination is paused now.
     pub paused: bool,
 }

@@ -16,6 +16,7 @@ pub mod crash;
 pub mod engine;
 pub mod outbox;
 pub mod retention;
+pub mod unreadable;
 
 use event_runtime::{ConnectOptions, Store};
 
@@ -113,6 +114,7 @@ macro_rules! conformance_suite {
                 engine::workers_stop_with_the_applications_cancellation_token,
                 engine::an_aborted_shutdown_gives_its_deliveries_back_at_once,
                 retention::retention_purges_old_rows_in_bounded_steps_and_nothing_else,
+                unreadable::a_delivery_the_engine_cannot_read_is_counted_as_unreadable,
             );
         }
     };

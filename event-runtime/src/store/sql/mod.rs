@@ -91,6 +91,12 @@ pub(crate) trait Dialect: Send + Sync + Sized + fmt::Debug + 'static {
     /// claimed destinations.
     const HEADS_TABLE: &'static str;
 
+    /// A condition on the delivery row `d` that holds when the engine cannot read one of its
+    /// columns the way it wrote it, beyond what every dialect checks alike (a negative
+    /// sequence, a missing outbox row): a value of another type where the database lets one
+    /// in, an event id that is not a lower-case hyphenated UUID.
+    const UNREADABLE_DELIVERY: &'static str;
+
     /// A subquery yielding the text elements of the JSON array in placeholder `param`.
     fn json_text_array(param: &str) -> String;
 
