@@ -278,3 +278,21 @@ pub struct DeadLetterCount {
     /// Replayed or purged.
     pub resolved: u64,
 }
+
+/// What [`Store::purge_destination`](crate::Store::purge_destination) or
+/// [`Store::retarget_destination`](crate::Store::retarget_destination) did. When the
+/// operation continued an interrupted one, the counts are those of this call; the audit row's
+/// `count` is of the whole operation.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct DestinationReport {
+    /// The operation's audit row (action `handler-purge` or `handler-retarget`), finished;
+    /// its `count` is every delivery and dead letter it purged or moved.
+    pub audit: AuditEntry,
+    /// Pending deliveries purged, or moved onto the new destination.
+    pub deliveries: u64,
+    /// Open dead letters purged, or moved onto the new destination (with their deliveries).
+    pub dead_letters: u64,
+    /// Re-target: deliveries (pending, or dead with their dead letter) of events the new
+    /// destination already had a delivery of, purged instead of moved; 0 for a purge.
+    pub duplicates: u64,
+}

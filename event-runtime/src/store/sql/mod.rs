@@ -11,6 +11,7 @@ pub(crate) mod exec;
 pub(crate) mod maintenance;
 pub(crate) mod operator;
 pub(crate) mod resolution;
+pub(crate) mod retarget;
 
 use std::any::{Any, TypeId};
 use std::collections::HashSet;
@@ -26,8 +27,8 @@ use uuid::Uuid;
 
 use self::exec::{Arg, SqlExec, SqlxQuery};
 use super::backend::{
-    Backend, BackendTransaction, ClaimRequest, ClaimedDelivery, NewEvent, Pause, PurgeStep,
-    ResolutionSelection, SettleResult, Settlement,
+    Backend, BackendTransaction, ClaimRequest, ClaimedDelivery, DestinationOperation,
+    DestinationPage, NewEvent, Pause, PurgeStep, ResolutionSelection, SettleResult, Settlement,
 };
 use super::query::Row;
 use super::types::{
@@ -478,6 +479,34 @@ impl<D: Dialect> Backend for SqlStore<D> {
 
     async fn dead_letter_counts(&self) -> Result<Vec<DeadLetterCount>, StoreError> {
         operator::dead_letter_counts::<D>(&self.pool).await
+    }
+
+    async fn start_destination_operation(
+        &self,
+        op: &DestinationOperation,
+        actor: &str,
+        reason: &str,
+        now: i64,
+    ) -> Result<AuditEntry, StoreError> {
+        retarget::start::<D>(&self.pool, op, actor, reason, now).await
+    }
+
+    async fn destination_page(
+        &self,
+        audit_id: i64,
+        op: &DestinationOperation,
+        page: u32,
+        now: i64,
+    ) -> Result<DestinationPage, StoreError> {
+        retarget::page::<D>(&self.pool, audit_id, op, page, now).await
+    }
+
+    async fn finish_destination_operation(
+        &self,
+        audit_id: i64,
+        now: i64,
+    ) -> Result<AuditEntry, StoreError> {
+        retarget::finish::<D>(&self.pool, audit_id, now).await
     }
 
     async fn pending_envelopes(&self) -> Result<Vec<(String, String, String)>, StoreError> {
