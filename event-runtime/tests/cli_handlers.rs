@@ -1,4 +1,5 @@
-//! The unreadable delivery rows `events check` and `outbox stats` flag, driven through
+//! `events handler purge|retarget` (what removed handlers left, audited) and the unreadable
+//! delivery rows `events check` and `outbox stats` flag, driven through
 //! `event_runtime::cli::run_with_output` against a temporary SQLite file.
 #![cfg(feature = "cli")]
 
@@ -111,6 +112,209 @@ fn failed(r: &(ExitCode, String, String), message: &str) {
         "stderr should be `error: …{message}…`, is:\n{}",
         r.2
     );
+}
+
+/// The release before left a dead letter and a pending delivery of `old_ship` and two
+/// pending deliveries of `old_count`; the release after has `ship` only.
+#[tokio::test]
+async fn handler_purge_and_retarget_take_what_removed_handlers_left() {
+    let db = Db::sqlite("retire").await;
+    let before = db.outbox(
+        Dispatcher::builder_empty()
+            .handler::<old_ship>()
+            .handler::<old_count>(),
+    );
+    commit(&before, &[("c-1", true)]).await;
+    before.drain(Duration::from_secs(30)).await.unwrap();
+    commit(&before, &[("c-2", false), ("c-3", false)]).await;
+    // Left: old_ship's c-1 dead, its c-2 and c-3 pending; old_count's c-2 and c-3 pending.
+    let registry = Registry::builder().handler::<ship>().build().unwrap();
+    let app = || App::embedded("shop events", &registry);
+
+    // Refusals: each says why, changes nothing and exits non-zero.
+    failed(
+        &db.cli(
+            App::standalone(),
+            &["handler", "purge", "cli_retire.old_count"],
+        )
+        .await,
+        "knows no application event types",
+    );
+    failed(
+        &db.cli(
+            app(),
+            &["handler", "purge", "cli_retire.ship", "--actor", "alice"],
+        )
+        .await,
+        "`cli_retire.ship` is a handler of this application",
+    );
+    failed(
+        &db.cli(
+            app(),
+            &[
+                "handler",
+                "retarget",
+                "cli_retire.old_ship",
+                "--to",
+                "cli_retire.nosuch",
+                "--actor",
+                "alice",
+            ],
+        )
+        .await,
+        "`cli_retire.nosuch` is not a handler of this application",
+    );
+    failed(
+        &db.cli(
+            app(),
+            &["handler", "purge", "cli_retire.typo", "--actor", "alice"],
+        )
+        .await,
+        "no deliveries of handler `cli_retire.typo`",
+    );
+    failed(
+        &db.cli(
+            app(),
+            &["handler", "purge", "cli_retire.old_count", "--actor", " "],
+        )
+        .await,
+        "--actor must name who",
+    );
+    assert!(db.store.audit_log(10).await.unwrap().is_empty());
+
+    let r = db
+        .cli(
+            app(),
+            &[
+                "handler",
+                "retarget",
+                "cli_retire.old_ship",
+                "--to",
+                "cli_retire.ship",
+                "--actor",
+                "alice",
+            ],
+        )
+        .await;
+    ok(&r);
+    assert!(
+        r.1.contains(
+            "moved what `cli_retire.old_ship` left onto `cli_retire.ship`: 2 pending deliveries and 1 open dead letter"
+        ),
+        "{}",
+        r.1
+    );
+    assert!(
+        r.1.contains("handler-retarget by alice") && r.1.contains("replaced by cli_retire.ship"),
+        "{}",
+        r.1
+    );
+    let dead = db
+        .store
+        .dead_letters(&DeadLetterFilter::default())
+        .await
+        .unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].handler, "cli_retire.ship");
+
+    let r = db
+        .cli(
+            app(),
+            &[
+                "handler",
+                "purge",
+                "cli_retire.old_count",
+                "--actor",
+                "bob",
+                "--reason",
+                "counted elsewhere",
+            ],
+        )
+        .await;
+    ok(&r);
+    assert!(
+        r.1.contains(
+            "purged what `cli_retire.old_count` left: 2 pending deliveries and 0 open dead letters"
+        ),
+        "{}",
+        r.1
+    );
+    // Nothing is left: said so, nothing audited. (What moved is no longer the old name's.)
+    let r = db
+        .cli(
+            app(),
+            &["handler", "purge", "cli_retire.old_count", "--actor", "bob"],
+        )
+        .await;
+    ok(&r);
+    assert!(r.1.contains("left no pending deliveries"), "{}", r.1);
+    failed(
+        &db.cli(
+            app(),
+            &[
+                "handler",
+                "retarget",
+                "cli_retire.old_ship",
+                "--to",
+                "cli_retire.ship",
+                "--actor",
+                "alice",
+            ],
+        )
+        .await,
+        "no deliveries of handler `cli_retire.old_ship`",
+    );
+
+    let r = db.cli(app(), &["dlq", "audit", "--json"]).await;
+    ok(&r);
+    let audit: serde_json::Value = serde_json::from_str(&r.1).unwrap();
+    let actions: Vec<(&str, &str, u64)> = audit
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["action"].as_str().unwrap(),
+                e["actor"].as_str().unwrap(),
+                e["count"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            ("handler-purge", "bob", 2),
+            ("handler-retarget", "alice", 3)
+        ]
+    );
+
+    // The new handler delivers what moved; the dead letter replays to it.
+    let after = db.outbox(Dispatcher::builder_empty().handler::<ship>());
+    after.drain(Duration::from_secs(30)).await.unwrap();
+    ok(&db
+        .cli(
+            app(),
+            &[
+                "dlq",
+                "replay",
+                "--all",
+                "--yes",
+                "--reason",
+                "the new carrier takes it",
+                "--actor",
+                "alice",
+            ],
+        )
+        .await);
+    after.drain(Duration::from_secs(30)).await.unwrap();
+    let stats = db.store.stats().await.unwrap();
+    let ship = stats
+        .handlers
+        .iter()
+        .find(|h| h.handler == "cli_retire.ship")
+        .unwrap();
+    assert_eq!((ship.pending, ship.completed, ship.dead), (0, 3, 0));
+    ok(&db.cli(app(), &["check"]).await);
 }
 
 /// A hand-edited `next_attempt_at` leaves a delivery the engine never claims: `check` fails

@@ -132,7 +132,7 @@ pub(super) async fn list(
     if unregistered {
         writeln!(
             io.out,
-            "(not registered): this application has no handler of that name; its deliveries wait for one that has"
+            "(not registered): this application has no handler of that name; its deliveries wait for one that has (`handler retarget NAME --to HANDLER` moves them, `handler purge NAME` gives up on them)"
         )?;
     }
     Ok(())

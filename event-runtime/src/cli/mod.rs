@@ -15,6 +15,8 @@
 //!   handler list [--json]
 //!   handler pause  NAME --reason TEXT [--actor WHO] [--force]
 //!   handler resume NAME [--reason TEXT] [--actor WHO]
+//!   handler purge    OLD [--reason TEXT] [--actor WHO]             (embedded only)
+//!   handler retarget OLD --to NEW [--reason TEXT] [--actor WHO]    (embedded only)
 //!   catalog [--json]      (embedded only: the application's event types)
 //!   check                 (embedded only: every pending delivery and dead letter decodes,
 //!                          and the engine can read every delivery row)
@@ -65,6 +67,19 @@
 //! - `check` (embedded) fails, listing them, when a pending delivery names a handler the
 //!   application does not have or does not decode with its event types, when an open dead
 //!   letter does not decode, and when a delivery row is unreadable or in an unknown status.
+//! - `handler purge OLD` and `handler retarget OLD --to NEW` (embedded) deal with what a
+//!   handler that no longer exists left (one replaced by an event union, say: start-up logs
+//!   them): `purge` gives up on its pending deliveries and open dead letters
+//!   ([`Store::purge_destination`]); `retarget` moves them onto `NEW`, merged into `NEW`'s
+//!   runs per aggregate in sequence order, its dead letters replayable to `NEW`, and drops
+//!   each delivery of an event `NEW` already has ([`Store::retarget_destination`]). Both work
+//!   in pages with one audit row (action `handler-purge` / `handler-retarget`; `--reason`
+//!   defaults to `no longer registered` / `replaced by NEW`; the actor as for `dlq replay`).
+//!   `OLD` must not be a handler of the application (its workers would race the change),
+//!   `NEW` must be one of its after-commit handlers, and no live worker of any process may
+//!   hold a delivery of `OLD`; a refusal changes nothing and exits 1. The tool knows the
+//!   application's handlers, not its transports' destinations: name handlers only. An
+//!   interrupted one is finished by running the same command again.
 //! - `handler pause` stops every worker of every process from claiming the destination's
 //!   deliveries ([`Store::pause_destination_audited`]); deliveries already claimed finish and
 //!   no attempt is used. `handler resume` lifts the operator's pause; a pause the runtime set
@@ -150,6 +165,8 @@
 //! [`DeadLetter`]: crate::DeadLetter
 //! [`OutboxStats`]: crate::OutboxStats
 //! [`OutboxStats::unreadable`]: crate::OutboxStats::unreadable
+//! [`Store::purge_destination`]: crate::Store::purge_destination
+//! [`Store::retarget_destination`]: crate::Store::retarget_destination
 
 mod args;
 mod catalog;
@@ -160,6 +177,7 @@ mod handler;
 #[cfg(feature = "nats")]
 mod nats;
 mod resolve;
+mod retire;
 mod stats;
 
 use std::ffi::OsString;
@@ -264,6 +282,16 @@ pub enum CliError {
     #[error("{doing} stopped part-way: what was done is kept and audited; finish it with `dlq resume ID`, ID being the unfinished row of `dlq audit`")]
     Interrupted {
         /// What it was doing (`replaying`, `purging`, `resuming`).
+        doing: String,
+        /// Why it stopped.
+        #[source]
+        source: StoreError,
+    },
+    /// `handler purge` or `handler retarget` failed part-way: the pages before the failure
+    /// are done and audited; the same command run again finishes it under the same audit row.
+    #[error("{doing} stopped part-way: what was done is kept and audited; run the same command again to finish it")]
+    Unfinished {
+        /// What it was doing (`handler purge OLD`).
         doing: String,
         /// Why it stopped.
         #[source]
@@ -546,6 +574,33 @@ async fn execute_io(cli: Cli, app: App<'_>, io: &mut Io<'_>) -> Result<(), CliEr
             reason,
             actor,
         }) => handler::resume(&target, &app, &name, &reason, actor.as_deref(), io).await,
+        Command::Handler(HandlerCommand::Purge {
+            name,
+            reason,
+            actor,
+        }) => {
+            let args = retire::RetireArgs {
+                name,
+                to: None,
+                reason,
+                actor,
+            };
+            retire::retire(&target, &app, args, io).await
+        }
+        Command::Handler(HandlerCommand::Retarget {
+            name,
+            to,
+            reason,
+            actor,
+        }) => {
+            let args = retire::RetireArgs {
+                name,
+                to: Some(to),
+                reason,
+                actor,
+            };
+            retire::retire(&target, &app, args, io).await
+        }
         Command::Catalog { json } => {
             let registry = app.registry.ok_or_else(|| no_registry(&app, "catalog"))?;
             catalog::print_catalog(registry, json, io)

@@ -40,6 +40,9 @@ pub(super) fn print_audit(
             e.actor.clone(),
             match (&e.selection, e.finished_at) {
                 (None, _) | (_, Some(_)) => e.count.to_string(),
+                (Some(_), None) if e.action.starts_with("handler-") => {
+                    format!("{} (unfinished: run the same command again)", e.count)
+                }
                 (Some(_), None) => format!("{} (unfinished: dlq resume {})", e.count, e.id),
             },
             match &e.selection {
