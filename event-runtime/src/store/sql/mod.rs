@@ -10,6 +10,7 @@ pub(crate) mod delivery;
 pub(crate) mod exec;
 pub(crate) mod maintenance;
 pub(crate) mod operator;
+mod portable;
 pub(crate) mod resolution;
 pub(crate) mod retarget;
 
@@ -17,15 +18,15 @@ use std::any::{Any, TypeId};
 use std::collections::HashSet;
 use std::fmt;
 use std::future::Future;
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::migrate::Migrator;
-use sqlx::{Column, Database, Pool, Row as _};
+use sqlx::{Database, Pool};
 use uuid::Uuid;
 
 use self::exec::{Arg, SqlExec, SqlxQuery};
+use self::portable::{portable_execute, portable_fetch};
 use super::backend::{
     Backend, BackendTransaction, ClaimRequest, ClaimedDelivery, DestinationOperation,
     DestinationPage, NewEvent, Pause, PurgeStep, ResolutionSelection, SettleResult, Settlement,
@@ -243,52 +244,6 @@ pub(crate) async fn rows<D: Dialect>(
     args: &[Arg<'_>],
 ) -> Result<Vec<<D::DB as Database>::Row>, StoreError> {
     D::DB::rows(conn, sql, args).await.map_err(db)
-}
-
-fn portable_query<'q, D: Dialect>(sql: &'q str, args: &[Datum]) -> SqlxQuery<'q, D::DB> {
-    // The application's SQL text: values go through `bind`, never into the text.
-    let mut q = sqlx::query::<D::DB>(sqlx::AssertSqlSafe(sql));
-    for a in args {
-        q = D::bind(q, a);
-    }
-    q
-}
-
-/// Runs a portable statement on `conn`; rows affected.
-async fn portable_execute<D: Dialect>(
-    conn: &mut Conn<D>,
-    sql: &str,
-    args: &[Datum],
-) -> Result<u64, StoreError> {
-    let q = portable_query::<D>(sql, args);
-    let r = D::DB::exec_query(conn, q).await.map_err(db)?;
-    Ok(D::rows_affected(&r))
-}
-
-/// Runs a portable query on `conn`; its rows as data.
-async fn portable_fetch<D: Dialect>(
-    conn: &mut Conn<D>,
-    sql: &str,
-    args: &[Datum],
-    first_only: bool,
-) -> Result<Vec<Row>, StoreError> {
-    let q = portable_query::<D>(sql, args);
-    let rows = D::DB::fetch_query(conn, q, first_only).await.map_err(db)?;
-    let Some(first) = rows.first() else {
-        return Ok(Vec::new());
-    };
-    let columns: Arc<[String]> = first
-        .columns()
-        .iter()
-        .map(|c| c.name().to_owned())
-        .collect();
-    Ok(rows
-        .iter()
-        .map(|r| {
-            let values = (0..columns.len()).map(|i| D::datum(r, i)).collect();
-            Row::new(columns.clone(), values)
-        })
-        .collect())
 }
 
 #[async_trait]
