@@ -118,6 +118,8 @@ macro_rules! conformance_suite {
                 retarget::purging_an_unregistered_handler_removes_only_its_rows_and_is_audited,
                 retarget::retargeting_onto_a_union_handler_merges_runs_in_order_and_skips_duplicates,
                 retarget::purging_or_retargeting_is_refused_for_live_or_unknown_handlers,
+                retarget::retargeting_in_pages_resumes_after_an_interruption_with_one_head_per_run,
+                retarget::retargeting_onto_an_unordered_handler_makes_each_delivery_ready,
                 unreadable::a_delivery_the_engine_cannot_read_is_counted_as_unreadable,
             );
         }

@@ -439,3 +439,142 @@ pub async fn purging_or_retargeting_is_refused_for_live_or_unknown_handlers(db: 
         "{label}: nothing was audited"
     );
 }
+
+pub async fn retargeting_in_pages_resumes_after_an_interruption_with_one_head_per_run(db: &Db) {
+    use event_runtime::store::backend::DestinationOperation;
+    let label = db.label();
+    let store = db.open().await;
+    let before = outbox_with(
+        &store,
+        Dispatcher::builder_empty().handler::<old_credited>(),
+    )
+    .await;
+    // 3 aggregates of 350 credits each: 1,050 deliveries, three pages.
+    for account in ["x", "y", "z"] {
+        commit(&before, account, &[Some(false); 350]).await;
+    }
+    let after = outbox_with(&store, Dispatcher::builder_empty().handler::<summary>()).await;
+
+    // A re-target that stopped after its first page (a crash between two transactions).
+    let op = DestinationOperation {
+        from: OLD_CREDITED.into(),
+        to: Some(SUMMARY.into()),
+        ordered: true,
+    };
+    let now = chrono::Utc::now().timestamp_millis();
+    let started = store
+        .backend()
+        .start_destination_operation(&op, "ops", "replaced by the summary", now)
+        .await
+        .unwrap();
+    let first = store
+        .backend()
+        .destination_page(started.id, &op, event_runtime::store::RESOLVE_PAGE, now)
+        .await
+        .unwrap();
+    assert_eq!((first.selected, first.deliveries), (500, 500), "{label}");
+    let unfinished = store.audit_log(1).await.unwrap().remove(0);
+    assert_eq!(
+        (unfinished.count, unfinished.finished_at),
+        (500, None),
+        "{label}"
+    );
+
+    // The same request finishes it under the same audit row.
+    let report = after
+        .retarget_unregistered(OLD_CREDITED, SUMMARY, "ops", "replaced by the summary")
+        .await
+        .unwrap();
+    assert_eq!(report.audit.id, started.id, "{label}");
+    assert_eq!(
+        (report.deliveries, report.audit.count),
+        (550, 1_050),
+        "{label}"
+    );
+    assert!(report.audit.finished_at.is_some(), "{label}");
+    assert_eq!(store.audit_log(10).await.unwrap().len(), 1, "{label}");
+
+    // One ready head per run: the lowest sequence of each aggregate.
+    let heads = store
+        .query(
+            "SELECT aggregate_id, sequence FROM event_deliveries \
+             WHERE handler = $1 AND status = 'pending' AND ready ORDER BY aggregate_id",
+        )
+        .bind(SUMMARY)
+        .fetch_all()
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r.get::<String>("aggregate_id").unwrap(),
+                r.get::<i64>("sequence").unwrap(),
+            )
+        })
+        .collect::<Vec<_>>();
+    assert_eq!(
+        heads,
+        [
+            ("x".to_owned(), 1),
+            ("y".to_owned(), 1),
+            ("z".to_owned(), 1)
+        ],
+        "{label}"
+    );
+    after.drain(DRAIN).await.unwrap();
+    for account in ["x", "y", "z"] {
+        assert_eq!(
+            applied(&store, "summary", account).await,
+            (1..=350).collect::<Vec<i64>>(),
+            "{label}: {account} in sequence order"
+        );
+    }
+}
+
+/// Unordered: every delivery is a run of its own.
+#[event_handler(name = "retarget.export", unordered)]
+pub(crate) async fn export(e: &Envelope<LedgerEvent>, tx: &mut Tx) -> Result<(), HandlerError> {
+    let account = match e.event() {
+        LedgerEvent::Opened(o) => &o.account,
+        LedgerEvent::Credited(c) => &c.account,
+    };
+    effect(tx, "export", e.id(), account, e.sequence()).await
+}
+
+pub async fn retargeting_onto_an_unordered_handler_makes_each_delivery_ready(db: &Db) {
+    let label = db.label();
+    let store = db.open().await;
+    let before = outbox_with(
+        &store,
+        Dispatcher::builder_empty().handler::<old_credited>(),
+    )
+    .await;
+    let ids = commit(&before, "u", &[Some(false), Some(false), Some(false)]).await;
+    let after = outbox_with(&store, Dispatcher::builder_empty().handler::<export>()).await;
+    let report = after
+        .retarget_unregistered(OLD_CREDITED, "retarget.export", "ops", "exported instead")
+        .await
+        .unwrap();
+    assert_eq!(report.deliveries, 3, "{label}");
+    for id in &ids {
+        let row = store
+            .query(
+                "SELECT sequence, ready FROM event_deliveries WHERE handler = $1 AND event_id = $2",
+            )
+            .bind("retarget.export")
+            .bind(id.to_string())
+            .fetch_one()
+            .await
+            .unwrap();
+        assert_eq!(
+            (
+                row.get::<i64>("sequence").unwrap(),
+                row.get::<bool>("ready").unwrap()
+            ),
+            (0, true),
+            "{label}: a run of its own"
+        );
+    }
+    after.drain(DRAIN).await.unwrap();
+    assert_eq!(applied(&store, "export", "u").await.len(), 3, "{label}");
+}
