@@ -418,7 +418,8 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     ) -> Result<AuditEntry, StoreError>;
 
     /// One page of the operation, in one transaction that also adds what it did to the audit
-    /// row's count: at most `page` deliveries of `op.from` (pending or dead, in run order)
+    /// row's count (refused, changing nothing, with [`StoreError::DestinationInUse`] as the
+    /// start is): at most `page` deliveries of `op.from` (pending or dead, in run order)
     /// with their open dead letters, or, when none is left, at most `page` of its open dead
     /// letters without a delivery. A purge marks the deliveries `purged` and resolves the
     /// dead letters as purged (naming the audit row). A re-target drops (as a purge does)

@@ -23,7 +23,8 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError::DestinationInUse`] when a delivery of `destination` is leased by a live
-    /// worker (nothing is changed); [`StoreError::Database`]: the pages before the failure
+    /// worker (checked at the start and by every page: nothing more is changed);
+    /// [`StoreError::Database`]: the pages before the failure
     /// stay done and the audit row unfinished; calling it again with the same destination
     /// finishes the operation under the same audit row.
     ///
@@ -72,7 +73,8 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError::SameDestination`] when `from` is `to`, [`StoreError::DestinationInUse`]
-    /// when a delivery of `from` is leased by a live worker (nothing is changed then);
+    /// when a delivery of `from` is leased by a live worker (checked at the start and by
+    /// every page: nothing more is changed then);
     /// [`StoreError::Database`]: the pages before the failure stay done and the audit row
     /// unfinished; calling it again with the same arguments finishes it under the same row.
     ///

@@ -36,9 +36,6 @@ pub(crate) async fn start<D: Dialect>(
     reason: &str,
     now: i64,
 ) -> Result<AuditEntry, StoreError> {
-    const LEASED: &str = "SELECT COUNT(*) AS n FROM event_deliveries d
-        WHERE d.handler = $1 AND d.status = 'pending' AND d.lease_token IS NOT NULL
-          AND EXISTS (SELECT 1 FROM event_leases l WHERE l.token = d.lease_token AND l.expires_at >= $2)";
     if op.to.as_deref() == Some(op.from.as_str()) {
         return Err(StoreError::SameDestination {
             destination: op.from.clone(),
@@ -46,19 +43,7 @@ pub(crate) async fn start<D: Dialect>(
     }
     let json = selection(op)?;
     let mut tx = D::begin(pool).await.map_err(db)?;
-    let leased = rows::<D>(&mut tx, LEASED, &[Arg::Str(&op.from), Arg::I64(now)])
-        .await?
-        .first()
-        .map(|r| D::DB::get_i64(r, "n"))
-        .transpose()
-        .map_err(db)?
-        .unwrap_or(0);
-    if leased > 0 {
-        return Err(StoreError::DestinationInUse {
-            destination: op.from.clone(),
-            leased: leased as u64,
-        });
-    }
+    refuse_leased::<D>(&mut tx, &op.from, now).await?;
     let unfinished = format!(
         "SELECT {AUDIT_COLUMNS} FROM event_audit_log \
          WHERE action = $1 AND selection = $2 AND finished_at IS NULL ORDER BY id DESC LIMIT 1"
@@ -100,6 +85,32 @@ pub(crate) async fn start<D: Dialect>(
     Ok(entry)
 }
 
+/// [`StoreError::DestinationInUse`] when a live worker (of any process) holds a delivery of
+/// `destination`: that process still delivers it.
+async fn refuse_leased<D: Dialect>(
+    conn: &mut Conn<D>,
+    destination: &str,
+    now: i64,
+) -> Result<(), StoreError> {
+    const LEASED: &str = "SELECT COUNT(*) AS n FROM event_deliveries d
+        WHERE d.handler = $1 AND d.status = 'pending' AND d.lease_token IS NOT NULL
+          AND EXISTS (SELECT 1 FROM event_leases l WHERE l.token = d.lease_token AND l.expires_at >= $2)";
+    let leased = rows::<D>(conn, LEASED, &[Arg::Str(destination), Arg::I64(now)])
+        .await?
+        .first()
+        .map(|r| D::DB::get_i64(r, "n"))
+        .transpose()
+        .map_err(db)?
+        .unwrap_or(0);
+    if leased > 0 {
+        return Err(StoreError::DestinationInUse {
+            destination: destination.to_owned(),
+            leased: leased as u64,
+        });
+    }
+    Ok(())
+}
+
 /// One page of at most `page` deliveries of `op.from` (pending or dead, in run order), or,
 /// once none is left, of its open dead letters that have no delivery row; `selected` 0 when
 /// nothing is left.
@@ -116,6 +127,8 @@ pub(crate) async fn page<D: Dialect>(
         ORDER BY aggregate_type, aggregate_id, sequence, event_id LIMIT $2";
     const COUNT: &str = "UPDATE event_audit_log SET count = count + $1 WHERE id = $2";
     let mut tx = D::begin(pool).await.map_err(db)?;
+    // A process that has the destination after all stops the operation where it is.
+    refuse_leased::<D>(&mut tx, &op.from, now).await?;
     let selected: Vec<(String, bool, String, String)> = rows::<D>(
         &mut tx,
         SELECT,
