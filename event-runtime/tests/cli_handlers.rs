@@ -377,3 +377,26 @@ async fn an_unreadable_delivery_fails_check_and_shows_in_stats() {
     );
     assert_eq!(stats["handlers"][0]["unreadable"], 1);
 }
+
+/// A text `created_at` (SQLite keeps it) does not break the statistics that flag it.
+#[tokio::test]
+async fn stats_count_a_delivery_whose_creation_time_is_text() {
+    let db = Db::sqlite("unreadable_created").await;
+    let outbox = db.outbox(Dispatcher::builder_empty().handler::<ship>());
+    commit(&outbox, &[("t-1", false)]).await;
+    db.store
+        .query("UPDATE event_deliveries SET created_at = $1")
+        .bind("yesterday")
+        .execute()
+        .await
+        .unwrap();
+    let r = db
+        .cli(App::standalone(), &["outbox", "stats", "--json"])
+        .await;
+    ok(&r);
+    let stats: serde_json::Value = serde_json::from_str(&r.1).unwrap();
+    assert_eq!(
+        (stats["pending"].as_u64(), stats["unreadable"].as_u64()),
+        (Some(1), Some(1))
+    );
+}

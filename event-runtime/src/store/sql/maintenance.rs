@@ -109,7 +109,9 @@ pub(crate) async fn stats<D: Dialect>(
         let handler = D::DB::get_string(&r, "handler").map_err(db)?;
         let status = D::DB::get_string(&r, "status").map_err(db)?;
         let n = D::DB::get_i64(&r, "n").map_err(db)?.max(0) as u64;
-        let first = D::DB::get_opt_i64(&r, "oldest").map_err(db)?;
+        // A creation time of another type (SQLite keeps any) has no age: the row is counted
+        // as unreadable below instead of failing the statistics that say so.
+        let first = D::DB::get_opt_i64(&r, "oldest").ok().flatten();
         let entry = match stats.handlers.iter_mut().position(|h| h.handler == handler) {
             Some(i) => &mut stats.handlers[i],
             None => {
