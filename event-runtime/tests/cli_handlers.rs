@@ -376,6 +376,13 @@ async fn an_unreadable_delivery_fails_check_and_shows_in_stats() {
         (Some(2), Some(1))
     );
     assert_eq!(stats["handlers"][0]["unreadable"], 1);
+    let r = db.cli(app(), &["handler", "list", "--json"]).await;
+    ok(&r);
+    let list: serde_json::Value = serde_json::from_str(&r.1).unwrap();
+    assert_eq!(
+        (list[0]["handler"].as_str(), list[0]["unreadable"].as_u64()),
+        (Some("cli_retire.ship"), Some(1))
+    );
 }
 
 /// A text `created_at` (SQLite keeps it) does not break the statistics that flag it.
