@@ -204,8 +204,8 @@ pub use outbox::{
 };
 pub use store::{
     AuditEntry, BrokerMetadata, ConnectOptions, DeadLetter, DeadLetterFilter, DeadLetterReason,
-    FromSql, HandlerStats, OutboxStats, PausedDestination, Query, Resolution, Row, SqlValue, Store,
-    StoreError, ToSql, Tx,
+    DestinationReport, FromSql, HandlerStats, OutboxStats, PausedDestination, Query, Resolution,
+    Row, SqlValue, Store, StoreError, ToSql, Tx,
 };
 /// Re-exported: the token [`Outbox::spawn_workers_with`] stops on.
 pub use tokio_util::sync::CancellationToken;

@@ -45,7 +45,8 @@ pub(super) enum Command {
     /// The outbox backlog
     #[command(subcommand)]
     Outbox(OutboxCommand),
-    /// Destinations (handlers): list with their counts and pauses, pause, resume
+    /// Destinations (handlers): list with their counts and pauses, pause, resume; purge or
+    /// re-target what a removed handler left
     #[command(subcommand)]
     Handler(HandlerCommand),
     /// The application's event types: name, version, Rust type, handlers and JSON Schema
@@ -199,6 +200,44 @@ pub(super) enum HandlerCommand {
         /// Why: written to the audit log
         #[arg(long, value_name = "TEXT", default_value = "resumed")]
         reason: String,
+        /// Who: written to the audit log [default: your login name]
+        #[arg(long, value_name = "WHO")]
+        actor: Option<String>,
+    },
+    /// Give up on what a handler that no longer exists left, audited (embedded only)
+    ///
+    /// Its pending deliveries are marked purged and its open dead letters resolved as purged,
+    /// in pages, with one audit row (`dlq audit`). Refused for a handler of this application
+    /// (its workers would race the purge) and while a live worker of any process holds one of
+    /// its deliveries. Interrupted, run it again: it finishes under the same audit row.
+    Purge {
+        /// The handler that no longer exists
+        name: String,
+        /// Why: written to the audit log [default: no longer registered]
+        #[arg(long, value_name = "TEXT")]
+        reason: Option<String>,
+        /// Who: written to the audit log [default: your login name]
+        #[arg(long, value_name = "WHO")]
+        actor: Option<String>,
+    },
+    /// Move what a handler that no longer exists left onto a handler of this application,
+    /// audited (embedded only)
+    ///
+    /// Its pending deliveries join the new handler's runs per aggregate in sequence order
+    /// (due now, attempts reset), its open dead letters move with their deliveries and can be
+    /// replayed to the new handler; a delivery of an event the new handler already has is
+    /// dropped as a duplicate. In pages, with one audit row. Refused for an old handler of
+    /// this application, a new one it does not have, and while a live worker holds a delivery
+    /// of the old one. Interrupted, run it again: it finishes under the same audit row.
+    Retarget {
+        /// The handler that no longer exists
+        name: String,
+        /// The handler of this application that takes over its deliveries
+        #[arg(long, value_name = "HANDLER")]
+        to: String,
+        /// Why: written to the audit log [default: replaced by HANDLER]
+        #[arg(long, value_name = "TEXT")]
+        reason: Option<String>,
         /// Who: written to the audit log [default: your login name]
         #[arg(long, value_name = "WHO")]
         actor: Option<String>,

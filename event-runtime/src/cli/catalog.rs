@@ -84,8 +84,9 @@ fn decode_problem(registry: &Registry, envelope: &str) -> Option<String> {
 }
 
 /// Pre-deploy check: every pending delivery names a handler of this application and its
-/// envelope decodes into a registered type, and every open dead letter's envelope decodes too
-/// (so that a replay after the deploy can succeed). Each kind is counted on its own.
+/// envelope decodes into a registered type, every open dead letter's envelope decodes too
+/// (so that a replay after the deploy can succeed), and the engine can read every delivery
+/// row (no unreadable pending row, no unknown status). Each kind is counted on its own.
 pub(super) async fn check(
     store: &Store,
     registry: &Registry,
@@ -106,6 +107,30 @@ pub(super) async fn check(
             writeln!(io.out, "pending {handler} / {event_id}: {problem}")?;
         }
     }
+    // Rows the engine cannot read at all, whatever the application's types.
+    let stats = store.stats().await?;
+    for h in stats
+        .handlers
+        .iter()
+        .filter(|h| h.unreadable + h.unknown > 0)
+    {
+        if h.unreadable > 0 {
+            writeln!(
+                io.out,
+                "pending {}: {} the engine cannot read (a column edited by hand or by another tool)",
+                h.handler,
+                count(h.unreadable, "delivery whose row", "deliveries whose rows")
+            )?;
+        }
+        if h.unknown > 0 {
+            writeln!(
+                io.out,
+                "{}: {} in a status this version does not know",
+                h.handler,
+                count(h.unknown, "delivery", "deliveries")
+            )?;
+        }
+    }
     let dead = store.dead_letters(&DeadLetterFilter::default()).await?;
     let mut bad_dead = 0;
     for d in &dead {
@@ -118,10 +143,12 @@ pub(super) async fn check(
             )?;
         }
     }
-    if bad_pending + bad_dead > 0 {
+    if bad_pending + bad_dead > 0 || stats.unreadable + stats.unknown_status > 0 {
         return Err(CliError::CheckFailed {
             pending: bad_pending,
             dead: bad_dead,
+            unreadable: stats.unreadable,
+            unknown_status: stats.unknown_status,
         });
     }
     writeln!(

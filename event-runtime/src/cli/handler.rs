@@ -25,6 +25,8 @@ struct Destination {
     purged: u64,
     /// Deliveries in a status this version does not know.
     unknown: u64,
+    /// Pending deliveries whose row the engine cannot read.
+    unreadable: u64,
     /// Whether the embedding application registers this handler; `null` standalone.
     registered: Option<bool>,
     paused: bool,
@@ -80,6 +82,7 @@ pub(super) async fn list(
                 dead: s.map_or(0, |s| s.dead),
                 purged: s.map_or(0, |s| s.purged),
                 unknown: s.map_or(0, |s| s.unknown),
+                unreadable: s.map_or(0, |s| s.unreadable),
                 registered: registered.as_ref().map(|r| r.contains(name.as_str())),
                 paused: !pauses.is_empty(),
                 pauses,
@@ -95,15 +98,19 @@ pub(super) async fn list(
         return Ok(());
     }
     let unknown = rows.iter().any(|r| r.unknown > 0);
+    let unreadable = rows.iter().any(|r| r.unreadable > 0);
     let unregistered = rows.iter().any(|r| r.registered == Some(false));
     let mut header = vec!["HANDLER", "PENDING", "COMPLETED", "DEAD"];
     if unknown {
         header.push("UNKNOWN");
     }
+    if unreadable {
+        header.push("UNREADABLE");
+    }
     header.push("PAUSED");
     let mut table = Table::new(
         &header,
-        &["PENDING", "COMPLETED", "DEAD", "UNKNOWN"],
+        &["PENDING", "COMPLETED", "DEAD", "UNKNOWN", "UNREADABLE"],
         io.terminal,
     )
     .wrap(&["PAUSED"]);
@@ -121,6 +128,9 @@ pub(super) async fn list(
         if unknown {
             row.push(r.unknown.to_string());
         }
+        if unreadable {
+            row.push(r.unreadable.to_string());
+        }
         row.push(if r.pauses.is_empty() {
             "-".to_owned()
         } else {
@@ -132,7 +142,7 @@ pub(super) async fn list(
     if unregistered {
         writeln!(
             io.out,
-            "(not registered): this application has no handler of that name; its deliveries wait for one that has"
+            "(not registered): this application has no handler of that name; its deliveries wait for one that has (`handler retarget NAME --to HANDLER` moves them, `handler purge NAME` gives up on them)"
         )?;
     }
     Ok(())

@@ -15,8 +15,11 @@
 //!   handler list [--json]
 //!   handler pause  NAME --reason TEXT [--actor WHO] [--force]
 //!   handler resume NAME [--reason TEXT] [--actor WHO]
+//!   handler purge    OLD [--reason TEXT] [--actor WHO]             (embedded only)
+//!   handler retarget OLD --to NEW [--reason TEXT] [--actor WHO]    (embedded only)
 //!   catalog [--json]      (embedded only: the application's event types)
-//!   check                 (embedded only: every pending delivery and dead letter decodes)
+//!   check                 (embedded only: every pending delivery and dead letter decodes,
+//!                          and the engine can read every delivery row)
 //!   nats stream create|check [NAME] [--nats URL] [--subject S]... [--duplicate-window SECS]
 //!                         [--max-msg-size BYTES]   (feature `nats`; NATS only, no database)
 //! ```
@@ -57,7 +60,26 @@
 //! - `outbox stats` prints [`OutboxStats`]: events in the outbox, the pending backlog (and how
 //!   much of it waits behind a dead letter of its aggregate) and its oldest age in seconds,
 //!   open dead letters, deliveries in a status this version does not know (shown as unknown,
-//!   never as another status), paused destinations, per-handler counts.
+//!   never as another status), pending deliveries whose row the engine cannot read
+//!   ([`OutboxStats::unreadable`]: a column edited by hand, such as a text `next_attempt_at` on
+//!   SQLite; shown as `unreadable by the engine`, never delivered until repaired), paused
+//!   destinations, per-handler counts.
+//! - `check` (embedded) fails, listing them, when a pending delivery names a handler the
+//!   application does not have or does not decode with its event types, when an open dead
+//!   letter does not decode, and when a delivery row is unreadable or in an unknown status.
+//! - `handler purge OLD` and `handler retarget OLD --to NEW` (embedded) deal with what a
+//!   handler that no longer exists left (one replaced by an event union, say: start-up logs
+//!   them): `purge` gives up on its pending deliveries and open dead letters
+//!   ([`Store::purge_destination`]); `retarget` moves them onto `NEW`, merged into `NEW`'s
+//!   runs per aggregate in sequence order, its dead letters replayable to `NEW`, and drops
+//!   each delivery of an event `NEW` already has ([`Store::retarget_destination`]). Both work
+//!   in pages with one audit row (action `handler-purge` / `handler-retarget`; `--reason`
+//!   defaults to `no longer registered` / `replaced by NEW`; the actor as for `dlq replay`).
+//!   `OLD` must not be a handler of the application (its workers would race the change),
+//!   `NEW` must be one of its after-commit handlers, and no live worker of any process may
+//!   hold a delivery of `OLD`; a refusal changes nothing and exits 1. The tool knows the
+//!   application's handlers, not its transports' destinations: name handlers only. An
+//!   interrupted one is finished by running the same command again.
 //! - `handler pause` stops every worker of every process from claiming the destination's
 //!   deliveries ([`Store::pause_destination_audited`]); deliveries already claimed finish and
 //!   no attempt is used. `handler resume` lifts the operator's pause; a pause the runtime set
@@ -142,6 +164,9 @@
 //! [`Store::pause_destination_audited`]: crate::Store::pause_destination_audited
 //! [`DeadLetter`]: crate::DeadLetter
 //! [`OutboxStats`]: crate::OutboxStats
+//! [`OutboxStats::unreadable`]: crate::OutboxStats::unreadable
+//! [`Store::purge_destination`]: crate::Store::purge_destination
+//! [`Store::retarget_destination`]: crate::Store::retarget_destination
 
 mod args;
 mod catalog;
@@ -152,6 +177,7 @@ mod handler;
 #[cfg(feature = "nats")]
 mod nats;
 mod resolve;
+mod retire;
 mod stats;
 
 use std::ffi::OsString;
@@ -261,6 +287,16 @@ pub enum CliError {
         #[source]
         source: StoreError,
     },
+    /// `handler purge` or `handler retarget` failed part-way: the pages before the failure
+    /// are done and audited; the same command run again finishes it under the same audit row.
+    #[error("{doing} stopped part-way: what was done is kept and audited; run the same command again to finish it")]
+    Unfinished {
+        /// What it was doing (`handler purge OLD`).
+        doing: String,
+        /// Why it stopped.
+        #[source]
+        source: StoreError,
+    },
     /// A `--handler`, `--event` or destination name that matches nothing and that nothing
     /// knows: probably a typo.
     #[error("{what} `{name}`: nothing in this outbox{} has that name; {known_what}: {}", if *.embedded { " or application" } else { "" }, join_names(.known))]
@@ -291,27 +327,52 @@ pub enum CliError {
     /// The command was refused (an empty reason or actor, a bulk operation not confirmed).
     #[error("{0}")]
     Refused(String),
-    /// `check` found pending deliveries or dead letters that this application cannot handle.
-    #[error("{} cannot be handled by this application (listed above)", check_counts(*.pending, *.dead))]
+    /// `check` found pending deliveries or dead letters that this application cannot handle,
+    /// or delivery rows the engine cannot read.
+    #[error("{}", check_counts(*.pending, *.dead, *.unreadable, *.unknown_status))]
     CheckFailed {
         /// Pending deliveries that would fail.
         pending: usize,
         /// Open dead letters whose replay would fail.
         dead: usize,
+        /// Pending deliveries whose row the engine cannot read
+        /// ([`OutboxStats::unreadable`](crate::OutboxStats::unreadable)).
+        unreadable: u64,
+        /// Deliveries in a status this version does not know
+        /// ([`OutboxStats::unknown_status`](crate::OutboxStats::unknown_status)).
+        unknown_status: u64,
     },
     /// Writing the output failed.
     #[error("writing output failed")]
     Output(#[from] io::Error),
 }
 
-fn check_counts(pending: usize, dead: usize) -> String {
-    let p = format::count(pending as u64, "pending delivery", "pending deliveries");
-    let d = format::count(dead as u64, "dead letter", "dead letters");
-    match (pending, dead) {
-        (_, 0) => p,
-        (0, _) => d,
-        _ => format!("{p} and {d}"),
+fn check_counts(pending: usize, dead: usize, unreadable: u64, unknown_status: u64) -> String {
+    let mut parts = Vec::new();
+    if pending + dead > 0 {
+        let p = format::count(pending as u64, "pending delivery", "pending deliveries");
+        let d = format::count(dead as u64, "dead letter", "dead letters");
+        parts.push(
+            match (pending, dead) {
+                (_, 0) => p,
+                (0, _) => d,
+                _ => format!("{p} and {d}"),
+            } + " cannot be handled by this application",
+        );
     }
+    if unreadable > 0 {
+        parts.push(format!(
+            "the engine cannot read the row of {}",
+            format::count(unreadable, "pending delivery", "pending deliveries")
+        ));
+    }
+    if unknown_status > 0 {
+        parts.push(format!(
+            "{} in a status this version does not know",
+            format::count(unknown_status, "delivery is", "deliveries are")
+        ));
+    }
+    format!("{} (listed above)", parts.join("; "))
 }
 
 impl CliError {
@@ -513,6 +574,33 @@ async fn execute_io(cli: Cli, app: App<'_>, io: &mut Io<'_>) -> Result<(), CliEr
             reason,
             actor,
         }) => handler::resume(&target, &app, &name, &reason, actor.as_deref(), io).await,
+        Command::Handler(HandlerCommand::Purge {
+            name,
+            reason,
+            actor,
+        }) => {
+            let args = retire::RetireArgs {
+                name,
+                to: None,
+                reason,
+                actor,
+            };
+            retire::retire(&target, &app, args, io).await
+        }
+        Command::Handler(HandlerCommand::Retarget {
+            name,
+            to,
+            reason,
+            actor,
+        }) => {
+            let args = retire::RetireArgs {
+                name,
+                to: Some(to),
+                reason,
+                actor,
+            };
+            retire::retire(&target, &app, args, io).await
+        }
         Command::Catalog { json } => {
             let registry = app.registry.ok_or_else(|| no_registry(&app, "catalog"))?;
             catalog::print_catalog(registry, json, io)

@@ -40,6 +40,9 @@ pub(super) fn print_audit(
             e.actor.clone(),
             match (&e.selection, e.finished_at) {
                 (None, _) | (_, Some(_)) => e.count.to_string(),
+                (Some(_), None) if e.action.starts_with("handler-") => {
+                    format!("{} (unfinished: run the same command again)", e.count)
+                }
                 (Some(_), None) => format!("{} (unfinished: dlq resume {})", e.count, e.id),
             },
             match &e.selection {
@@ -75,6 +78,7 @@ pub(super) fn print_stats(
         ("events in outbox", stats.events.to_string()),
         ("pending deliveries", stats.pending.to_string()),
         ("  behind a dead letter", stats.blocked.to_string()),
+        ("  unreadable by the engine", stats.unreadable.to_string()),
         ("oldest pending age (s)", oldest),
         ("open dead letters", stats.dead_letters.to_string()),
         (
@@ -96,14 +100,25 @@ pub(super) fn print_stats(
     if !stats.handlers.is_empty() {
         writeln!(io.out)?;
         let unknown = stats.handlers.iter().any(|h| h.unknown > 0);
+        let unreadable = stats.handlers.iter().any(|h| h.unreadable > 0);
         let mut header = vec!["HANDLER", "PENDING", "COMPLETED", "DEAD", "PURGED"];
         if unknown {
             header.push("UNKNOWN");
         }
+        if unreadable {
+            header.push("UNREADABLE");
+        }
         header.push("PAUSED");
         let mut table = Table::new(
             &header,
-            &["PENDING", "COMPLETED", "DEAD", "PURGED", "UNKNOWN"],
+            &[
+                "PENDING",
+                "COMPLETED",
+                "DEAD",
+                "PURGED",
+                "UNKNOWN",
+                "UNREADABLE",
+            ],
             io.terminal,
         );
         for h in &stats.handlers {
@@ -117,6 +132,9 @@ pub(super) fn print_stats(
             if unknown {
                 row.push(h.unknown.to_string());
             }
+            if unreadable {
+                row.push(h.unreadable.to_string());
+            }
             row.push(if h.paused { "paused" } else { "-" }.to_owned());
             table.row(row);
         }
@@ -129,11 +147,19 @@ pub(super) fn print_stats(
             count(stats.unknown_status, "delivery is", "deliveries are")
         )?;
     }
+    if stats.unreadable > 0 {
+        writeln!(
+            io.out,
+            "{}note: the engine cannot read the row of {} (a column edited by hand or by another tool): not delivered until the row is repaired; `check` fails while there are any",
+            if stats.unknown_status > 0 { "" } else { "\n" },
+            count(stats.unreadable, "pending delivery", "pending deliveries")
+        )?;
+    }
     if !paused.is_empty() {
         writeln!(
             io.out,
             "{}note: no worker claims the deliveries of a paused destination; `handler list` shows who paused it and why",
-            if stats.unknown_status > 0 { "" } else { "\n" }
+            if stats.unknown_status + stats.unreadable > 0 { "" } else { "\n" }
         )?;
     }
     Ok(())

@@ -68,6 +68,25 @@ pub enum OutboxError {
         /// to progress: not waiting behind a dead letter, not paused.
         pending: u64,
     },
+    /// [`Outbox::purge_unregistered`](crate::Outbox::purge_unregistered) or
+    /// [`Outbox::retarget_unregistered`](crate::Outbox::retarget_unregistered) of a destination
+    /// this outbox has: its workers deliver it, and would race the purge or move. Nothing was
+    /// changed.
+    #[error("`{destination}` is a destination of this outbox: its workers deliver it; purge or re-target only a destination no process has; nothing was changed")]
+    Registered {
+        /// The destination.
+        destination: String,
+    },
+    /// [`Outbox::retarget_unregistered`](crate::Outbox::retarget_unregistered) onto a
+    /// destination this outbox does not have: nothing would deliver what moved there.
+    /// Nothing was changed.
+    #[error("`{destination}` is not a destination of this outbox: re-target onto one of its handlers or transports' destinations ({known}); nothing was changed")]
+    NotRegistered {
+        /// The destination.
+        destination: String,
+        /// This outbox's destinations, comma-separated.
+        known: String,
+    },
     /// Some outcomes of deliveries could not be recorded (the database kept refusing them):
     /// those deliveries run again once the worker's lease lapses (at-least-once).
     #[error("some delivery outcomes could not be recorded; those deliveries run again once the lease lapses")]

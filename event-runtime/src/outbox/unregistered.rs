@@ -1,8 +1,9 @@
 //! Deliveries and dead letters of destinations this outbox does not have: what a deploy that
-//! renamed or replaced handlers (by an event union, say) leaves in the store. Reports them;
-//! never claims, purges or re-targets anything.
+//! renamed or replaced handlers (by an event union, say) leaves in the store. Reports them,
+//! and purges or re-targets them on request after checking the destinations against this
+//! outbox's own; never claims anything.
 
-use crate::store::HandlerStats;
+use crate::store::{DestinationReport, HandlerStats};
 use event_core::ErrorChain;
 
 use super::{Outbox, OutboxError};
@@ -12,7 +13,9 @@ impl Outbox {
     /// outbox has no handler or destination for, with their counts, by name. Nothing in this
     /// process claims them: either another process has that handler, or they were left by
     /// handlers that no longer exist and wait for a handler of that name (dead letters can be
-    /// purged with `events dlq purge --handler`). Spawned workers log them once at start-up.
+    /// purged or re-targeted with [`purge_unregistered`](Self::purge_unregistered) /
+    /// [`retarget_unregistered`](Self::retarget_unregistered), `events handler
+    /// purge|retarget`). Spawned workers log them once at start-up.
     ///
     /// # Errors
     /// [`OutboxError::Store`].
@@ -31,6 +34,100 @@ impl Outbox {
         Ok(left)
     }
 
+    /// Gives up on the pending deliveries and open dead letters of `destination`, a
+    /// destination this outbox does not have (a handler removed or replaced by a deploy), with
+    /// one audit row: [`Store::purge_destination`](crate::Store::purge_destination), which
+    /// says what it does and how it pages.
+    ///
+    /// # Errors
+    /// [`OutboxError::Registered`] when `destination` is one of this outbox's
+    /// [`destinations`](Self::destinations) (nothing is changed);
+    /// [`OutboxError::Store`] with [`StoreError::DestinationInUse`](crate::StoreError::DestinationInUse)
+    /// when another process's live worker holds one of its deliveries (nothing is changed),
+    /// or a database error (the pages done stay done; call it again to finish).
+    ///
+    /// # Cancel safety
+    /// As [`Store::purge_destination`](crate::Store::purge_destination): dropped part-way, the
+    /// pages done stay done, audited; calling it again finishes it.
+    pub async fn purge_unregistered(
+        &self,
+        destination: &str,
+        actor: &str,
+        reason: &str,
+    ) -> Result<DestinationReport, OutboxError> {
+        self.refuse_registered(destination)?;
+        Ok(self
+            .inner
+            .store
+            .purge_destination(destination, actor, reason)
+            .await?)
+    }
+
+    /// Moves the pending deliveries and open dead letters of `from`, a destination this outbox
+    /// does not have, onto `to`, one it has (the event union that replaced `from`, say), with
+    /// one audit row: [`Store::retarget_destination`](crate::Store::retarget_destination),
+    /// which says how they merge into `to`'s runs per aggregate and how duplicates (events
+    /// `to` already has a delivery of) are dropped. Whether the moved deliveries keep
+    /// per-aggregate order is `to`'s own setting.
+    ///
+    /// # Errors
+    /// [`OutboxError::Registered`] when `from` is one of this outbox's
+    /// [`destinations`](Self::destinations), [`OutboxError::NotRegistered`] when `to` is not
+    /// (nothing is changed); [`OutboxError::Store`] with
+    /// [`StoreError::DestinationInUse`](crate::StoreError::DestinationInUse) when another
+    /// process's live worker holds a delivery of `from` (nothing is changed), or a database
+    /// error (the pages done stay done; call it again to finish).
+    ///
+    /// # Cancel safety
+    /// As [`purge_unregistered`](Self::purge_unregistered).
+    pub async fn retarget_unregistered(
+        &self,
+        from: &str,
+        to: &str,
+        actor: &str,
+        reason: &str,
+    ) -> Result<DestinationReport, OutboxError> {
+        self.refuse_registered(from)?;
+        if self
+            .inner
+            .claimable
+            .binary_search_by(|d| d.as_str().cmp(to))
+            .is_err()
+        {
+            return Err(OutboxError::NotRegistered {
+                destination: to.to_owned(),
+                known: self.inner.claimable.join(", "),
+            });
+        }
+        // A destination is ordered when it orders the events it receives (a transport's
+        // relay says so per event type).
+        let ordered = self
+            .inner
+            .routes
+            .values()
+            .flatten()
+            .any(|r| r.destination == to && r.ordered);
+        Ok(self
+            .inner
+            .store
+            .retarget_destination(from, to, ordered, actor, reason)
+            .await?)
+    }
+
+    fn refuse_registered(&self, destination: &str) -> Result<(), OutboxError> {
+        if self
+            .inner
+            .claimable
+            .binary_search_by(|d| d.as_str().cmp(destination))
+            .is_ok()
+        {
+            return Err(OutboxError::Registered {
+                destination: destination.to_owned(),
+            });
+        }
+        Ok(())
+    }
+
     /// Logs [`unregistered_destinations`](Self::unregistered_destinations), one warning each.
     pub(crate) async fn report_unregistered(&self) {
         match self.unregistered_destinations().await {
@@ -40,7 +137,7 @@ impl Outbox {
                         handler = %h.handler,
                         pending = h.pending,
                         dead_letters = h.dead,
-                        "deliveries of a handler this process does not register: unless another process has it, nothing delivers them (a renamed or replaced handler?); register a handler of that name, and purge its dead letters with `events dlq purge --handler`"
+                        "deliveries of a handler this process does not register: unless another process has it, nothing delivers them (a renamed or replaced handler?); register a handler of that name, or purge or re-target what it left with `events handler purge|retarget`"
                     );
                 }
             }

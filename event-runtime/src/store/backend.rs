@@ -403,6 +403,46 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
         Ok(counts)
     }
 
+    /// Starts purging (`op.to` `None`) or re-targeting (`op.to` the new destination) what
+    /// `op.from` left: refuses with [`StoreError::DestinationInUse`] when a delivery of
+    /// `op.from` is leased under a live lease, and with [`StoreError::SameDestination`] when
+    /// `op.to` is `op.from`; continues the unfinished operation with the same `op` if there is
+    /// one (its audit row); else writes the operation's audit row, unfinished, with `op` as its
+    /// selection. Returns the audit row.
+    async fn start_destination_operation(
+        &self,
+        op: &DestinationOperation,
+        actor: &str,
+        reason: &str,
+        now: i64,
+    ) -> Result<AuditEntry, StoreError>;
+
+    /// One page of the operation, in one transaction that also adds what it did to the audit
+    /// row's count (refused, changing nothing, with [`StoreError::DestinationInUse`] as the
+    /// start is): at most `page` deliveries of `op.from` (pending or dead, in run order)
+    /// with their open dead letters, or, when none is left, at most `page` of its open dead
+    /// letters without a delivery. A purge marks the deliveries `purged` and resolves the
+    /// dead letters as purged (naming the audit row). A re-target drops (as a purge does)
+    /// those of events `op.to` has a delivery of already, moves the others onto `op.to` —
+    /// each at its event's sequence (0 when `!op.ordered`), a pending one with its attempts
+    /// reset and due at `now`, a dead one still dead, its dead letter moved with it — and
+    /// recomputes the ready head of every run of `op.to` it merged into. Returns what the page
+    /// did; `selected` 0 when nothing is left.
+    async fn destination_page(
+        &self,
+        audit_id: i64,
+        op: &DestinationOperation,
+        page: u32,
+        now: i64,
+    ) -> Result<DestinationPage, StoreError>;
+
+    /// Marks the operation finished at `now`; returns its audit row.
+    async fn finish_destination_operation(
+        &self,
+        audit_id: i64,
+        now: i64,
+    ) -> Result<AuditEntry, StoreError>;
+
     /// Every pending delivery as (destination, event id, envelope).
     async fn pending_envelopes(&self) -> Result<Vec<(String, String, String)>, StoreError>;
 
@@ -533,4 +573,46 @@ pub struct ResolutionSelection {
     pub limit: Option<u64>,
     /// The newest dead letter when the operation started: later ones are not selected.
     pub up_to_id: i64,
+}
+
+/// A purge or re-target of what a destination left in the store
+/// ([`Backend::start_destination_operation`]), stored as JSON in its audit row so that an
+/// interrupted one is continued by the same request.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DestinationOperation {
+    /// The destination whose deliveries and dead letters are purged or moved.
+    pub from: String,
+    /// Where they move; `None`: purge them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+    /// Whether `to` keeps per-aggregate order (moved deliveries take their event's sequence);
+    /// `false` for a purge.
+    #[serde(default)]
+    pub ordered: bool,
+}
+
+impl DestinationOperation {
+    /// The audit log's action: `handler-purge` or `handler-retarget`.
+    pub fn action(&self) -> &'static str {
+        if self.to.is_some() {
+            "handler-retarget"
+        } else {
+            "handler-purge"
+        }
+    }
+}
+
+/// What one page of a [`DestinationOperation`] did ([`Backend::destination_page`]), or the
+/// sum of the pages.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DestinationPage {
+    /// Rows the page selected; 0 when nothing was left.
+    pub selected: u64,
+    /// Pending deliveries purged or moved.
+    pub deliveries: u64,
+    /// Open dead letters purged or moved (with their dead deliveries).
+    pub dead_letters: u64,
+    /// Re-target: deliveries (pending or dead, with their dead letters) of events the new
+    /// destination already had a delivery of, purged instead of moved.
+    pub duplicates: u64,
 }

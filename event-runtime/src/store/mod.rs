@@ -22,6 +22,7 @@ mod operator;
 pub mod postgres;
 mod query;
 mod resolve;
+mod retarget;
 pub(crate) mod sql;
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
@@ -42,7 +43,7 @@ pub use resolve::RESOLVE_PAGE;
 pub use tx::{SqlValue, Tx};
 pub use types::{
     AuditEntry, BrokerMetadata, DeadLetter, DeadLetterCount, DeadLetterFilter, DeadLetterReason,
-    HandlerStats, OutboxStats, PausedDestination, Resolution,
+    DestinationReport, HandlerStats, OutboxStats, PausedDestination, Resolution,
 };
 pub use value::{timestamp_text, Datum, FromSql, SqlType, ToSql};
 
@@ -136,6 +137,22 @@ pub enum StoreError {
     NoSuchResolution {
         /// The audit id asked for.
         audit_id: i64,
+    },
+    /// [`Store::purge_destination`] or [`Store::retarget_destination`]: a delivery of the
+    /// destination is leased by a live worker, so a process still delivers to it; nothing was
+    /// changed.
+    #[error("{leased} deliveries of `{destination}` are leased by a live worker: a process still delivers to it; nothing was changed")]
+    DestinationInUse {
+        /// The destination.
+        destination: String,
+        /// Its deliveries leased under a live lease.
+        leased: u64,
+    },
+    /// [`Store::retarget_destination`] onto the destination itself; nothing was changed.
+    #[error("cannot re-target `{destination}` onto itself; nothing was changed")]
+    SameDestination {
+        /// The destination.
+        destination: String,
     },
     /// A row holds data this version cannot read (a corrupted or foreign table).
     #[error("corrupt outbox row: {0}")]

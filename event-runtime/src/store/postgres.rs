@@ -170,6 +170,10 @@ impl Dialect for PostgresDialect {
         result
     }
 
+    // Column types are enforced: what is left is an event id the engine did not write.
+    const UNREADABLE_DELIVERY: &'static str =
+        "d.event_id !~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'";
+
     const HEADS_TABLE: &'static str = "event_deliveries d";
 
     fn json_text_array(param: &str) -> String {

@@ -140,6 +140,20 @@ impl Dialect for SqliteDialect {
         Ok(())
     }
 
+    // SQLite keeps any value in any column: a column the engine reads as an integer (or a
+    // text) that holds another storage class is never compared or decoded as it wrote it (a
+    // text `next_attempt_at` sorts after every integer: never due).
+    const UNREADABLE_DELIVERY: &'static str = "typeof(d.next_attempt_at) <> 'integer' \
+         OR typeof(d.attempts) <> 'integer' OR typeof(d.sequence) <> 'integer' \
+         OR typeof(d.created_at) <> 'integer' OR typeof(d.ready) <> 'integer' \
+         OR typeof(d.aggregate_type) <> 'text' OR typeof(d.aggregate_id) <> 'text' \
+         OR typeof(d.event_id) <> 'text' \
+         OR (d.first_failed_at IS NOT NULL AND typeof(d.first_failed_at) <> 'integer') \
+         OR (d.lease_token IS NOT NULL AND typeof(d.lease_token) <> 'text') \
+         OR d.event_id NOT GLOB '[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]-\
+[0-9a-f][0-9a-f][0-9a-f][0-9a-f]-[0-9a-f][0-9a-f][0-9a-f][0-9a-f]-[0-9a-f][0-9a-f][0-9a-f][0-9a-f]-\
+[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]'";
+
     // SQLite's planner prefers the primary key (`handler IN (…)` is an equality) and would
     // read every delivery of the destinations, completed ones included.
     const HEADS_TABLE: &'static str = "event_deliveries d INDEXED BY event_deliveries_ready";

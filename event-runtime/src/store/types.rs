@@ -120,6 +120,13 @@ pub struct OutboxStats {
     /// Deliveries whose status this version does not know (written by a newer release, or
     /// edited by hand): counted here, never as another status.
     pub unknown_status: u64,
+    /// Pending deliveries whose row the engine cannot read: a column holding what the engine
+    /// never writes (edited by hand, or by a foreign tool) — on SQLite a value of the wrong
+    /// type (a text `next_attempt_at`), on every store an event id that is not a lower-case
+    /// hyphenated UUID, a negative sequence, or an event id with no outbox row. Counted in
+    /// [`pending`](Self::pending) too; such a delivery is never delivered (or never settled)
+    /// until the row is repaired or purged, so `events check` fails while there are any.
+    pub unreadable: u64,
     /// Per-handler delivery counts.
     pub handlers: Vec<HandlerStats>,
 }
@@ -139,6 +146,9 @@ pub struct HandlerStats {
     pub purged: u64,
     /// Deliveries in a status this version does not know.
     pub unknown: u64,
+    /// Pending deliveries whose row the engine cannot read (counted in
+    /// [`pending`](Self::pending) too; see [`OutboxStats::unreadable`]).
+    pub unreadable: u64,
     /// Whether the destination is paused now.
     pub paused: bool,
 }
@@ -267,4 +277,22 @@ pub struct DeadLetterCount {
     pub open: u64,
     /// Replayed or purged.
     pub resolved: u64,
+}
+
+/// What [`Store::purge_destination`](crate::Store::purge_destination) or
+/// [`Store::retarget_destination`](crate::Store::retarget_destination) did. When the
+/// operation continued an interrupted one, the counts are those of this call; the audit row's
+/// `count` is of the whole operation.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct DestinationReport {
+    /// The operation's audit row (action `handler-purge` or `handler-retarget`), finished;
+    /// its `count` is every delivery and dead letter it purged or moved.
+    pub audit: AuditEntry,
+    /// Pending deliveries purged, or moved onto the new destination.
+    pub deliveries: u64,
+    /// Open dead letters purged, or moved onto the new destination (with their deliveries).
+    pub dead_letters: u64,
+    /// Re-target: deliveries (pending, or dead with their dead letter) of events the new
+    /// destination already had a delivery of, purged instead of moved; 0 for a purge.
+    pub duplicates: u64,
 }

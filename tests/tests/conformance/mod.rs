@@ -15,7 +15,9 @@
 pub mod crash;
 pub mod engine;
 pub mod outbox;
+pub mod retarget;
 pub mod retention;
+pub mod unreadable;
 
 use event_runtime::{ConnectOptions, Store};
 
@@ -113,6 +115,12 @@ macro_rules! conformance_suite {
                 engine::workers_stop_with_the_applications_cancellation_token,
                 engine::an_aborted_shutdown_gives_its_deliveries_back_at_once,
                 retention::retention_purges_old_rows_in_bounded_steps_and_nothing_else,
+                retarget::purging_an_unregistered_handler_removes_only_its_rows_and_is_audited,
+                retarget::retargeting_onto_a_union_handler_merges_runs_in_order_and_skips_duplicates,
+                retarget::purging_or_retargeting_is_refused_for_live_or_unknown_handlers,
+                retarget::retargeting_in_pages_resumes_after_an_interruption_with_one_head_per_run,
+                retarget::retargeting_onto_an_unordered_handler_makes_each_delivery_ready,
+                unreadable::a_delivery_the_engine_cannot_read_is_counted_as_unreadable,
             );
         }
     };

@@ -73,6 +73,13 @@ pub(crate) async fn stats<D: Dialect>(
          AND d.aggregate_id = h.aggregate_id AND d.sequence > h.sequence
         WHERE h.status IN ('pending', 'dead') AND h.status = 'dead' AND h.sequence > 0
           AND d.status IN ('pending', 'dead') AND d.status = 'pending'";
+    // Pending deliveries the engine cannot read, per handler.
+    let unreadable = format!(
+        "SELECT d.handler, COUNT(*) AS n FROM event_deliveries d WHERE d.status = 'pending' AND \
+         (d.sequence < 0 OR NOT EXISTS (SELECT 1 FROM event_outbox o WHERE o.event_id = d.event_id) \
+          OR {}) GROUP BY d.handler",
+        D::UNREADABLE_DELIVERY
+    );
     const PAUSED: &str = "SELECT DISTINCT destination FROM event_paused_destinations
         WHERE expires_at IS NULL OR expires_at > $1";
     let mut conn = pool.acquire().await.map_err(db)?;
@@ -102,7 +109,9 @@ pub(crate) async fn stats<D: Dialect>(
         let handler = D::DB::get_string(&r, "handler").map_err(db)?;
         let status = D::DB::get_string(&r, "status").map_err(db)?;
         let n = D::DB::get_i64(&r, "n").map_err(db)?.max(0) as u64;
-        let first = D::DB::get_opt_i64(&r, "oldest").map_err(db)?;
+        // A creation time of another type (SQLite keeps any) has no age: the row is counted
+        // as unreadable below instead of failing the statistics that say so.
+        let first = D::DB::get_opt_i64(&r, "oldest").ok().flatten();
         let entry = match stats.handlers.iter_mut().position(|h| h.handler == handler) {
             Some(i) => &mut stats.handlers[i],
             None => {
@@ -129,6 +138,14 @@ pub(crate) async fn stats<D: Dialect>(
                 entry.unknown += n;
                 stats.unknown_status += n;
             }
+        }
+    }
+    for r in rows::<D>(&mut conn, &unreadable, &[]).await? {
+        let handler = D::DB::get_string(&r, "handler").map_err(db)?;
+        let n = D::DB::get_i64(&r, "n").map_err(db)?.max(0) as u64;
+        stats.unreadable += n;
+        if let Some(h) = stats.handlers.iter_mut().find(|h| h.handler == handler) {
+            h.unreadable += n;
         }
     }
     for p in paused {

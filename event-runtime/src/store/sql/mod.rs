@@ -10,24 +10,26 @@ pub(crate) mod delivery;
 pub(crate) mod exec;
 pub(crate) mod maintenance;
 pub(crate) mod operator;
+mod portable;
 pub(crate) mod resolution;
+pub(crate) mod retarget;
 
 use std::any::{Any, TypeId};
 use std::collections::HashSet;
 use std::fmt;
 use std::future::Future;
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::migrate::Migrator;
-use sqlx::{Column, Database, Pool, Row as _};
+use sqlx::{Database, Pool};
 use uuid::Uuid;
 
 use self::exec::{Arg, SqlExec, SqlxQuery};
+use self::portable::{portable_execute, portable_fetch};
 use super::backend::{
-    Backend, BackendTransaction, ClaimRequest, ClaimedDelivery, NewEvent, Pause, PurgeStep,
-    ResolutionSelection, SettleResult, Settlement,
+    Backend, BackendTransaction, ClaimRequest, ClaimedDelivery, DestinationOperation,
+    DestinationPage, NewEvent, Pause, PurgeStep, ResolutionSelection, SettleResult, Settlement,
 };
 use super::query::Row;
 use super::types::{
@@ -90,6 +92,12 @@ pub(crate) trait Dialect: Send + Sync + Sized + fmt::Debug + 'static {
     /// planner needs to scan the ready index in due order rather than every delivery of the
     /// claimed destinations.
     const HEADS_TABLE: &'static str;
+
+    /// A condition on the delivery row `d` that holds when the engine cannot read one of its
+    /// columns the way it wrote it, beyond what every dialect checks alike (a negative
+    /// sequence, a missing outbox row): a value of another type where the database lets one
+    /// in, an event id that is not a lower-case hyphenated UUID.
+    const UNREADABLE_DELIVERY: &'static str;
 
     /// A subquery yielding the text elements of the JSON array in placeholder `param`.
     fn json_text_array(param: &str) -> String;
@@ -236,52 +244,6 @@ pub(crate) async fn rows<D: Dialect>(
     args: &[Arg<'_>],
 ) -> Result<Vec<<D::DB as Database>::Row>, StoreError> {
     D::DB::rows(conn, sql, args).await.map_err(db)
-}
-
-fn portable_query<'q, D: Dialect>(sql: &'q str, args: &[Datum]) -> SqlxQuery<'q, D::DB> {
-    // The application's SQL text: values go through `bind`, never into the text.
-    let mut q = sqlx::query::<D::DB>(sqlx::AssertSqlSafe(sql));
-    for a in args {
-        q = D::bind(q, a);
-    }
-    q
-}
-
-/// Runs a portable statement on `conn`; rows affected.
-async fn portable_execute<D: Dialect>(
-    conn: &mut Conn<D>,
-    sql: &str,
-    args: &[Datum],
-) -> Result<u64, StoreError> {
-    let q = portable_query::<D>(sql, args);
-    let r = D::DB::exec_query(conn, q).await.map_err(db)?;
-    Ok(D::rows_affected(&r))
-}
-
-/// Runs a portable query on `conn`; its rows as data.
-async fn portable_fetch<D: Dialect>(
-    conn: &mut Conn<D>,
-    sql: &str,
-    args: &[Datum],
-    first_only: bool,
-) -> Result<Vec<Row>, StoreError> {
-    let q = portable_query::<D>(sql, args);
-    let rows = D::DB::fetch_query(conn, q, first_only).await.map_err(db)?;
-    let Some(first) = rows.first() else {
-        return Ok(Vec::new());
-    };
-    let columns: Arc<[String]> = first
-        .columns()
-        .iter()
-        .map(|c| c.name().to_owned())
-        .collect();
-    Ok(rows
-        .iter()
-        .map(|r| {
-            let values = (0..columns.len()).map(|i| D::datum(r, i)).collect();
-            Row::new(columns.clone(), values)
-        })
-        .collect())
 }
 
 #[async_trait]
@@ -472,6 +434,34 @@ impl<D: Dialect> Backend for SqlStore<D> {
 
     async fn dead_letter_counts(&self) -> Result<Vec<DeadLetterCount>, StoreError> {
         operator::dead_letter_counts::<D>(&self.pool).await
+    }
+
+    async fn start_destination_operation(
+        &self,
+        op: &DestinationOperation,
+        actor: &str,
+        reason: &str,
+        now: i64,
+    ) -> Result<AuditEntry, StoreError> {
+        retarget::start::<D>(&self.pool, op, actor, reason, now).await
+    }
+
+    async fn destination_page(
+        &self,
+        audit_id: i64,
+        op: &DestinationOperation,
+        page: u32,
+        now: i64,
+    ) -> Result<DestinationPage, StoreError> {
+        retarget::page::<D>(&self.pool, audit_id, op, page, now).await
+    }
+
+    async fn finish_destination_operation(
+        &self,
+        audit_id: i64,
+        now: i64,
+    ) -> Result<AuditEntry, StoreError> {
+        retarget::finish::<D>(&self.pool, audit_id, now).await
     }
 
     async fn pending_envelopes(&self) -> Result<Vec<(String, String, String)>, StoreError> {

@@ -1,0 +1,409 @@
+//! `events handler purge|retarget` (what removed handlers left, audited) and the unreadable
+//! delivery rows `events check` and `outbox stats` flag, driven through
+//! `event_runtime::cli::run_with_output` against a temporary SQLite file.
+#![cfg(feature = "cli")]
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use event_core::{event_handler, DomainEvent, EventRecorder, HandlerError};
+use event_runtime::cli::{run_with_output, App};
+use event_runtime::{DeadLetterFilter, Dispatcher, Outbox, Registry, SqlValue, Store};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+#[derive(Debug, Serialize, Deserialize, DomainEvent)]
+#[event(name = "crate.packed", version = 1)]
+struct CratePacked {
+    #[event(aggregate_id)]
+    id: String,
+    fragile: bool,
+}
+
+/// The release before: refuses fragile crates for good.
+#[event_handler(name = "cli_retire.old_ship")]
+fn old_ship(e: &CratePacked) -> Result<(), HandlerError> {
+    if e.fragile {
+        return Err(HandlerError::permanent_msg(
+            "the old carrier takes no fragile crates",
+        ));
+    }
+    Ok(())
+}
+
+#[event_handler(name = "cli_retire.old_count")]
+fn old_count(_: &CratePacked) {}
+
+/// The release after.
+#[event_handler(name = "cli_retire.ship")]
+fn ship(_: &CratePacked) {}
+
+struct Db {
+    url: String,
+    store: Store,
+    file: std::path::PathBuf,
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        for suffix in ["", "-wal", "-shm"] {
+            let mut path = self.file.clone().into_os_string();
+            path.push(suffix);
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+impl Db {
+    async fn sqlite(test: &str) -> Db {
+        let file = std::env::temp_dir().join(format!("cli_{test}_{}.db", Uuid::now_v7().simple()));
+        let url = format!("sqlite://{}", file.display());
+        let store = Store::connect(&url).await.expect("open SQLite");
+        Db { url, store, file }
+    }
+
+    fn outbox(&self, dispatcher: event_runtime::DispatcherBuilder) -> Outbox {
+        Outbox::builder(self.store.clone())
+            .dispatcher(dispatcher)
+            .build()
+            .expect("outbox")
+    }
+
+    /// Runs `events --database URL ARGS…` as `app`: (status, stdout, stderr).
+    async fn cli(&self, app: App<'_>, args: &[&str]) -> (ExitCode, String, String) {
+        let mut full = vec!["events", "--database", self.url.as_str()];
+        full.extend(args);
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let code = run_with_output(full, app, &mut out, &mut err).await;
+        (
+            code,
+            String::from_utf8(out).unwrap(),
+            String::from_utf8(err).unwrap(),
+        )
+    }
+}
+
+async fn commit(outbox: &Outbox, crates: &[(&str, bool)]) {
+    let mut uow = outbox.begin().await.unwrap();
+    let mut recorder = EventRecorder::new();
+    for (id, fragile) in crates {
+        recorder.record(CratePacked {
+            id: (*id).into(),
+            fragile: *fragile,
+        });
+    }
+    uow.extend(recorder.take());
+    uow.commit().await.unwrap();
+}
+
+fn ok(r: &(ExitCode, String, String)) {
+    assert_eq!(r.0, ExitCode::SUCCESS, "stdout:\n{}\nstderr:\n{}", r.1, r.2);
+}
+
+fn failed(r: &(ExitCode, String, String), message: &str) {
+    assert_ne!(
+        r.0,
+        ExitCode::SUCCESS,
+        "expected a failure; stdout:\n{}",
+        r.1
+    );
+    assert!(
+        r.2.starts_with("error: ") && r.2.contains(message),
+        "stderr should be `error: …{message}…`, is:\n{}",
+        r.2
+    );
+}
+
+/// The release before left a dead letter and a pending delivery of `old_ship` and two
+/// pending deliveries of `old_count`; the release after has `ship` only.
+#[tokio::test]
+async fn handler_purge_and_retarget_take_what_removed_handlers_left() {
+    let db = Db::sqlite("retire").await;
+    let before = db.outbox(
+        Dispatcher::builder_empty()
+            .handler::<old_ship>()
+            .handler::<old_count>(),
+    );
+    commit(&before, &[("c-1", true)]).await;
+    before.drain(Duration::from_secs(30)).await.unwrap();
+    commit(&before, &[("c-2", false), ("c-3", false)]).await;
+    // Left: old_ship's c-1 dead, its c-2 and c-3 pending; old_count's c-2 and c-3 pending.
+    let registry = Registry::builder().handler::<ship>().build().unwrap();
+    let app = || App::embedded("shop events", &registry);
+
+    // Refusals: each says why, changes nothing and exits non-zero.
+    failed(
+        &db.cli(
+            App::standalone(),
+            &["handler", "purge", "cli_retire.old_count"],
+        )
+        .await,
+        "knows no application event types",
+    );
+    failed(
+        &db.cli(
+            app(),
+            &["handler", "purge", "cli_retire.ship", "--actor", "alice"],
+        )
+        .await,
+        "`cli_retire.ship` is a handler of this application",
+    );
+    failed(
+        &db.cli(
+            app(),
+            &[
+                "handler",
+                "retarget",
+                "cli_retire.old_ship",
+                "--to",
+                "cli_retire.nosuch",
+                "--actor",
+                "alice",
+            ],
+        )
+        .await,
+        "`cli_retire.nosuch` is not a handler of this application",
+    );
+    failed(
+        &db.cli(
+            app(),
+            &["handler", "purge", "cli_retire.typo", "--actor", "alice"],
+        )
+        .await,
+        "no deliveries of handler `cli_retire.typo`",
+    );
+    failed(
+        &db.cli(
+            app(),
+            &["handler", "purge", "cli_retire.old_count", "--actor", " "],
+        )
+        .await,
+        "--actor must name who",
+    );
+    assert!(db.store.audit_log(10).await.unwrap().is_empty());
+
+    let r = db
+        .cli(
+            app(),
+            &[
+                "handler",
+                "retarget",
+                "cli_retire.old_ship",
+                "--to",
+                "cli_retire.ship",
+                "--actor",
+                "alice",
+            ],
+        )
+        .await;
+    ok(&r);
+    assert!(
+        r.1.contains(
+            "moved what `cli_retire.old_ship` left onto `cli_retire.ship`: 2 pending deliveries and 1 open dead letter"
+        ),
+        "{}",
+        r.1
+    );
+    assert!(
+        r.1.contains("handler-retarget by alice") && r.1.contains("replaced by cli_retire.ship"),
+        "{}",
+        r.1
+    );
+    let dead = db
+        .store
+        .dead_letters(&DeadLetterFilter::default())
+        .await
+        .unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].handler, "cli_retire.ship");
+
+    let r = db
+        .cli(
+            app(),
+            &[
+                "handler",
+                "purge",
+                "cli_retire.old_count",
+                "--actor",
+                "bob",
+                "--reason",
+                "counted elsewhere",
+            ],
+        )
+        .await;
+    ok(&r);
+    assert!(
+        r.1.contains(
+            "purged what `cli_retire.old_count` left: 2 pending deliveries and 0 open dead letters"
+        ),
+        "{}",
+        r.1
+    );
+    // Nothing is left: said so, nothing audited. (What moved is no longer the old name's.)
+    let r = db
+        .cli(
+            app(),
+            &["handler", "purge", "cli_retire.old_count", "--actor", "bob"],
+        )
+        .await;
+    ok(&r);
+    assert!(r.1.contains("left no pending deliveries"), "{}", r.1);
+    failed(
+        &db.cli(
+            app(),
+            &[
+                "handler",
+                "retarget",
+                "cli_retire.old_ship",
+                "--to",
+                "cli_retire.ship",
+                "--actor",
+                "alice",
+            ],
+        )
+        .await,
+        "no deliveries of handler `cli_retire.old_ship`",
+    );
+
+    let r = db.cli(app(), &["dlq", "audit", "--json"]).await;
+    ok(&r);
+    let audit: serde_json::Value = serde_json::from_str(&r.1).unwrap();
+    let actions: Vec<(&str, &str, u64)> = audit
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["action"].as_str().unwrap(),
+                e["actor"].as_str().unwrap(),
+                e["count"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            ("handler-purge", "bob", 2),
+            ("handler-retarget", "alice", 3)
+        ]
+    );
+
+    // The new handler delivers what moved; the dead letter replays to it.
+    let after = db.outbox(Dispatcher::builder_empty().handler::<ship>());
+    after.drain(Duration::from_secs(30)).await.unwrap();
+    ok(&db
+        .cli(
+            app(),
+            &[
+                "dlq",
+                "replay",
+                "--all",
+                "--yes",
+                "--reason",
+                "the new carrier takes it",
+                "--actor",
+                "alice",
+            ],
+        )
+        .await);
+    after.drain(Duration::from_secs(30)).await.unwrap();
+    let stats = db.store.stats().await.unwrap();
+    let ship = stats
+        .handlers
+        .iter()
+        .find(|h| h.handler == "cli_retire.ship")
+        .unwrap();
+    assert_eq!((ship.pending, ship.completed, ship.dead), (0, 3, 0));
+    ok(&db.cli(app(), &["check"]).await);
+}
+
+/// A hand-edited `next_attempt_at` leaves a delivery the engine never claims: `check` fails
+/// and `outbox stats` says so, under its own label.
+#[tokio::test]
+async fn an_unreadable_delivery_fails_check_and_shows_in_stats() {
+    let db = Db::sqlite("unreadable").await;
+    let outbox = db.outbox(Dispatcher::builder_empty().handler::<ship>());
+    commit(&outbox, &[("u-1", false), ("u-2", false)]).await;
+    let registry = Registry::builder().handler::<ship>().build().unwrap();
+    let app = || App::embedded("shop events", &registry);
+    ok(&db.cli(app(), &["check"]).await);
+
+    let mut tx = db.store.begin().await.unwrap();
+    let n = tx
+        .execute(
+            "UPDATE event_deliveries SET next_attempt_at = $1 WHERE aggregate_id = $2",
+            &[
+                SqlValue::Text("2026-12-01T10:00:00Z"),
+                SqlValue::Text("u-1"),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+    tx.commit().await.unwrap();
+
+    let r = db.cli(app(), &["check"]).await;
+    failed(&r, "the engine cannot read the row of 1 pending delivery");
+    assert!(
+        r.1.contains("pending cli_retire.ship: 1 delivery whose row the engine cannot read"),
+        "{}",
+        r.1
+    );
+
+    let r = db.cli(app(), &["outbox", "stats"]).await;
+    ok(&r);
+    let line =
+        r.1.lines()
+            .find(|l| l.trim_start().starts_with("unreadable by the engine"))
+            .unwrap_or_else(|| panic!("no unreadable line:\n{}", r.1));
+    assert_eq!(
+        line.split_whitespace().collect::<Vec<_>>(),
+        ["unreadable", "by", "the", "engine", "1"]
+    );
+    assert!(
+        r.1.contains("note: the engine cannot read the row of 1 pending delivery"),
+        "{}",
+        r.1
+    );
+    let header = r.1.lines().find(|l| l.starts_with("HANDLER")).unwrap();
+    assert!(header.contains("UNREADABLE"), "{header}");
+
+    let r = db.cli(app(), &["outbox", "stats", "--json"]).await;
+    ok(&r);
+    let stats: serde_json::Value = serde_json::from_str(&r.1).unwrap();
+    assert_eq!(
+        (stats["pending"].as_u64(), stats["unreadable"].as_u64()),
+        (Some(2), Some(1))
+    );
+    assert_eq!(stats["handlers"][0]["unreadable"], 1);
+    let r = db.cli(app(), &["handler", "list", "--json"]).await;
+    ok(&r);
+    let list: serde_json::Value = serde_json::from_str(&r.1).unwrap();
+    assert_eq!(
+        (list[0]["handler"].as_str(), list[0]["unreadable"].as_u64()),
+        (Some("cli_retire.ship"), Some(1))
+    );
+}
+
+/// A text `created_at` (SQLite keeps it) does not break the statistics that flag it.
+#[tokio::test]
+async fn stats_count_a_delivery_whose_creation_time_is_text() {
+    let db = Db::sqlite("unreadable_created").await;
+    let outbox = db.outbox(Dispatcher::builder_empty().handler::<ship>());
+    commit(&outbox, &[("t-1", false)]).await;
+    db.store
+        .query("UPDATE event_deliveries SET created_at = $1")
+        .bind("yesterday")
+        .execute()
+        .await
+        .unwrap();
+    let r = db
+        .cli(App::standalone(), &["outbox", "stats", "--json"])
+        .await;
+    ok(&r);
+    let stats: serde_json::Value = serde_json::from_str(&r.1).unwrap();
+    assert_eq!(
+        (stats["pending"].as_u64(), stats["unreadable"].as_u64()),
+        (Some(1), Some(1))
+    );
+}
