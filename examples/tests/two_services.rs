@@ -70,6 +70,13 @@ fn expected(path: &Path) -> Expected {
 
 // ---- services -------------------------------------------------------------------------------
 
+/// Says why a test is skipped on the process's standard error, which `cargo test` shows
+/// (unlike `eprintln!`, which the test harness captures).
+fn skip(message: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "note: {message}");
+}
+
 fn require() -> bool {
     std::env::var("EVENTS_TEST_REQUIRE_SERVICES").as_deref() == Ok("1")
 }
@@ -85,7 +92,7 @@ fn nats_url(test: &str) -> Option<String> {
                 !require(),
                 "{test}: EVENTS_TEST_REQUIRE_SERVICES=1 but EVENTS_TEST_NATS_URL is not set"
             );
-            eprintln!("{test}: skipped: EVENTS_TEST_NATS_URL is not set");
+            skip(&format!("{test}: skipped: EVENTS_TEST_NATS_URL is not set"));
             return None;
         }
     };
@@ -93,7 +100,9 @@ fn nats_url(test: &str) -> Option<String> {
         Ok(_) => Some(url),
         Err(e) if require() => panic!("{test}: NATS at {url} is unreachable: {e}"),
         Err(e) => {
-            eprintln!("{test}: skipped: NATS at {url} is unreachable: {e}");
+            skip(&format!(
+                "{test}: skipped: NATS at {url} is unreachable: {e}"
+            ));
             None
         }
     }
@@ -122,7 +131,7 @@ fn binaries(test: &str) -> Option<(PathBuf, PathBuf)> {
                        builds them; `--test two_services` alone does not: run \
                        `cargo build -p examples --examples` first)";
             assert!(!require(), "{test}: {why}");
-            eprintln!("{test}: skipped: {why}");
+            skip(&format!("{test}: skipped: {why}"));
             None
         }
     }

@@ -309,7 +309,8 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
 
     /// What the workers' gauges show at `now` (ms since the epoch): pending deliveries per
     /// destination with the age of each one's oldest, open dead letters, pauses. Read by every
-    /// worker process every [`OutboxConfig::metrics_interval`](crate::OutboxConfig), so it
+    /// worker process every
+    /// [`OutboxConfig::metrics_interval`](crate::OutboxConfig::metrics_interval), so it
     /// must be cheap: a backend with a query language overrides it with queries that read
     /// only pending deliveries (an index of them) and open dead letters. The default derives
     /// it from [`stats`](Self::stats), which reads every delivery, and gives each destination
