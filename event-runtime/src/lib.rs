@@ -86,12 +86,23 @@
 //! or purges, with an audit row. Completed deliveries are purged after
 //! [`OutboxConfig::retention`], which must exceed the longest retry horizon.
 //!
-//! Metrics (through the `metrics` crate): `events_outbox_backlog`,
-//! `events_outbox_oldest_pending_age_seconds`, `events_dead_letters` (gauges),
-//! `events_deliveries_completed_total`, `events_deliveries_failed_total`,
-//! `events_deliveries_dead_lettered_total`, `events_delivery_retries_total` (counters, label
-//! `handler`), `events_handler_duration_seconds` (histogram). Each delivery runs in a
-//! `tracing` span `delivery` with the event name, event id, handler and attempt.
+//! Metrics (through the `metrics` crate; label `handler` names a destination: a handler or a
+//! transport's relay):
+//! - counters `events_deliveries_completed_total`, `events_deliveries_failed_total`,
+//!   `events_deliveries_dead_lettered_total`, `events_delivery_retries_total` (label
+//!   `handler`), and the histogram `events_handler_duration_seconds` (label `handler`);
+//! - gauges `events_outbox_backlog` (pending deliveries),
+//!   `events_outbox_oldest_pending_age_seconds`, `events_dead_letters` (open dead letters),
+//!   and per destination (label `handler`)
+//!   `events_destination_oldest_pending_age_seconds` — the age in seconds of its oldest
+//!   pending delivery since its commit, 0 when it has none; for a relay, its lag — and
+//!   `events_destination_paused` (1 or 0). The workers set them every
+//!   [`OutboxConfig::metrics_interval`] (5 s) from a query of pending deliveries only
+//!   ([`Store::backlog`]). They describe the whole store, so every worker process sharing it
+//!   reports the same values: aggregate them across processes with `max`, not `sum`.
+//!
+//! Each delivery runs in a `tracing` span `delivery` with the event name, event id, handler
+//! and attempt.
 //!
 //! # Transports
 //! With the feature `nats`, `transport::nats` carries events between services through NATS
@@ -203,9 +214,9 @@ pub use outbox::{
     PurgeReport, Routing, SystemClock, Workers, MAX_ERROR_BYTES, MIN_LEASE,
 };
 pub use store::{
-    AuditEntry, BrokerMetadata, ConnectOptions, DeadLetter, DeadLetterFilter, DeadLetterReason,
-    DestinationReport, FromSql, HandlerStats, OutboxStats, PausedDestination, Query, Resolution,
-    Row, SqlValue, Store, StoreError, ToSql, Tx,
+    AuditEntry, Backlog, BrokerMetadata, ConnectOptions, DeadLetter, DeadLetterFilter,
+    DeadLetterReason, DestinationBacklog, DestinationReport, FromSql, HandlerStats, OutboxStats,
+    PausedDestination, Query, Resolution, Row, SqlValue, Store, StoreError, ToSql, Tx,
 };
 /// Re-exported: the token [`Outbox::spawn_workers_with`] stops on.
 pub use tokio_util::sync::CancellationToken;

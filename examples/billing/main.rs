@@ -1,5 +1,5 @@
 //! `cargo run --release --example billing -- --nats URL --stream NAME --database URL
-//! --idle-exit SECS [--crash-after N]`
+//! --idle-exit SECS [--crash-after N] [--subject-prefix PREFIX]`
 //!
 //! The second service: consumes the events `orders --nats URL` publishes to JetStream,
 //! through a durable pull consumer (`billing`) and this service's own outbox (its own SQLite
@@ -57,6 +57,10 @@ struct Args {
     /// The durable consumer's name.
     #[arg(long, value_name = "NAME", default_value = "billing")]
     consumer: String,
+    /// The first subject token(s) `orders` publishes under (its `--subject-prefix`): this
+    /// service reads `<prefix>.order.>`.
+    #[arg(long, value_name = "PREFIX", default_value = "events")]
+    subject_prefix: String,
 }
 
 #[event_handler(name = "billing.order")]
@@ -180,7 +184,7 @@ async fn run(args: &Args) -> Result<Summary, Box<dyn std::error::Error>> {
         &js,
         outbox.clone(),
         InboxConfig {
-            filter_subject: Some("events.order.>".into()),
+            filter_subject: Some(format!("{}.order.>", args.subject_prefix)),
             batch: 256,
             ack_wait: Duration::from_secs(10),
             ..InboxConfig::new(&args.stream, &args.consumer)

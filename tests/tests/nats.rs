@@ -604,9 +604,20 @@ async fn the_broker_down_while_the_producer_commits_loses_nothing_and_dead_lette
         .create(&js)
         .await
         .unwrap();
+    // Installed before any worker sets a gauge.
+    assert_eq!(lag_of(""), None);
     let relay = NatsRelay::new(client.clone(), relay_config(&stream, &prefix));
-    let outbox = producer("nats_broker_down", relay.clone(), OutboxConfig::default()).await;
+    let outbox = producer(
+        "nats_broker_down",
+        relay.clone(),
+        OutboxConfig {
+            metrics_interval: Duration::from_millis(100),
+            ..OutboxConfig::default()
+        },
+    )
+    .await;
     relay.check(&outbox).await.unwrap();
+    let lag = || lag_of(relay.name());
 
     server.down();
     // Commits need only the database.
@@ -624,6 +635,12 @@ async fn the_broker_down_while_the_producer_commits_loses_nothing_and_dead_lette
         (stats.pending, stats.dead_letters),
         (10, 0),
         "waiting, paused"
+    );
+    // The lag: the oldest unpublished event's age, growing while the broker is away.
+    let during = lag();
+    assert!(
+        during > Some(2.0),
+        "lag while the broker is down: {during:?}"
     );
 
     assert!(server.up());
@@ -647,7 +664,26 @@ async fn the_broker_down_while_the_producer_commits_loses_nothing_and_dead_lette
     }
     let stats = outbox.store().stats().await.unwrap();
     assert_eq!((stats.pending, stats.dead_letters), (0, 0));
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while lag() != Some(0.0) && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(lag(), Some(0.0), "no lag once everything is published");
     workers.shutdown(Duration::from_secs(5)).await.unwrap();
+}
+
+/// The gauge `events_destination_oldest_pending_age_seconds` of destination `name`, as the
+/// process-wide recorder (installed on first use) last saw it set.
+fn lag_of(name: &str) -> Option<f64> {
+    static GAUGES: std::sync::OnceLock<common::Gauges> = std::sync::OnceLock::new();
+    GAUGES
+        .get_or_init(|| {
+            let gauges = common::Gauges::new();
+            metrics::set_global_recorder(gauges.clone())
+                .expect("no other global recorder in this test binary");
+            gauges
+        })
+        .get("events_destination_oldest_pending_age_seconds", name)
 }
 
 const PYTHON_READER: &str = r#"

@@ -55,7 +55,7 @@ async fn opening_for_operations_creates_nothing() {
 }
 
 #[tokio::test]
-async fn zero_batch_size_lease_or_poll_interval_is_a_start_up_error() {
+async fn zero_batch_size_lease_poll_or_metrics_interval_is_a_start_up_error() {
     let (_, store) = common::sqlite("zero_config").await;
     for config in [
         OutboxConfig {
@@ -68,6 +68,10 @@ async fn zero_batch_size_lease_or_poll_interval_is_a_start_up_error() {
         },
         OutboxConfig {
             poll_interval: Duration::ZERO,
+            ..OutboxConfig::default()
+        },
+        OutboxConfig {
+            metrics_interval: Duration::ZERO,
             ..OutboxConfig::default()
         },
     ] {

@@ -51,6 +51,12 @@ pub struct OutboxConfig {
     pub retention_interval: Duration,
     /// Rows deleted per purge statement (default 1,000).
     pub retention_batch: u32,
+    /// How often the workers of a process read the backlog
+    /// ([`Backend::backlog`](crate::store::Backend::backlog): pending deliveries, open dead
+    /// letters and pauses, never the completed history) and set their gauges, among them
+    /// `events_destination_oldest_pending_age_seconds` (default 5 s; at least 100 ms in
+    /// effect, the upkeep's pace).
+    pub metrics_interval: Duration,
     /// The CloudEvents `source` written on envelopes that still have the default.
     pub source: Option<String>,
     /// The largest envelope a commit accepts, in bytes of its JSON text (default 1 MiB less
@@ -72,6 +78,7 @@ impl Default for OutboxConfig {
             retention: Duration::from_secs(7 * 24 * 3600),
             retention_interval: Duration::from_secs(60),
             retention_batch: 1_000,
+            metrics_interval: Duration::from_secs(5),
             source: None,
             max_envelope_bytes: (1 << 20) - 1024,
         }
@@ -86,6 +93,7 @@ impl OutboxConfig {
             ("handler_timeout", self.handler_timeout.is_zero()),
             ("concurrency", self.concurrency == 0),
             ("retention_batch", self.retention_batch == 0),
+            ("metrics_interval", self.metrics_interval.is_zero()),
         ] {
             if zero {
                 return Err(ConfigError::NotPositive { field });

@@ -28,6 +28,7 @@ mod config;
 pub(crate) mod destination;
 mod engine;
 mod error;
+mod gauges;
 mod lease;
 mod pause;
 mod retention;

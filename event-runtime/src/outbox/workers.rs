@@ -20,7 +20,7 @@ use crate::store::backend::ClaimRequest;
 
 /// How often the upkeep looks for runs whose head was never made ready.
 const REPAIR_EVERY: Duration = Duration::from_secs(30);
-/// How often the upkeep publishes backlog gauges and refreshes planner statistics.
+/// How often the upkeep refreshes planner statistics.
 const STATS_EVERY: Duration = Duration::from_secs(5);
 /// Purge statements one upkeep pass runs at most (the rest waits for the next pass).
 const PURGE_STEPS_PER_PASS: u64 = 100;
@@ -377,6 +377,10 @@ impl Outbox {
         let mut last_purge = Instant::now();
         let mut last_stats = Instant::now() - STATS_EVERY;
         let mut last_repair = Instant::now() - REPAIR_EVERY;
+        // `None`: set the gauges at once (an `Instant` in the past could underflow for a
+        // long interval on a host that booted recently).
+        let mut last_gauges: Option<Instant> = None;
+        let mut gauges = super::gauges::Gauges::default();
         self.report_unregistered().await;
         while !cancel.is_cancelled() {
             let now = inner.clock.now_ms();
@@ -407,23 +411,12 @@ impl Outbox {
                     Err(e) => tracing::warn!(error = %ErrorChain(&e), "retention purge failed"),
                 }
             }
+            if last_gauges.is_none_or(|t| t.elapsed() >= inner.config.metrics_interval) {
+                last_gauges = Some(Instant::now());
+                gauges.update(self).await;
+            }
             if last_stats.elapsed() >= STATS_EVERY {
                 last_stats = Instant::now();
-                match store.stats(now).await {
-                    Ok(stats) => {
-                        metrics::gauge!("events_outbox_backlog").set(stats.pending as f64);
-                        metrics::gauge!("events_outbox_oldest_pending_age_seconds")
-                            .set(stats.oldest_pending_age_secs.unwrap_or(0.0));
-                        metrics::gauge!("events_dead_letters").set(stats.dead_letters as f64);
-                        for h in &stats.handlers {
-                            metrics::gauge!("events_destination_paused", "handler" => h.handler.clone())
-                                .set(if h.paused { 1.0 } else { 0.0 });
-                        }
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %ErrorChain(&e), "reading outbox statistics failed")
-                    }
-                }
                 if let Err(e) = store.refresh_statistics().await {
                     tracing::warn!(error = %ErrorChain(&e), "refreshing outbox statistics failed");
                 }

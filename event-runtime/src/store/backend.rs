@@ -35,8 +35,8 @@ use uuid::Uuid;
 
 use super::query::Row;
 use super::types::{
-    AuditEntry, DeadLetter, DeadLetterCount, DeadLetterFilter, OutboxStats, PausedDestination,
-    Resolution,
+    AuditEntry, Backlog, DeadLetter, DeadLetterCount, DeadLetterFilter, DestinationBacklog,
+    OutboxStats, PausedDestination, Resolution,
 };
 use super::value::Datum;
 use super::{StoreError, Tx};
@@ -306,6 +306,38 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
 
     /// Backlog and dead letter counts at `now`.
     async fn stats(&self, now: i64) -> Result<OutboxStats, StoreError>;
+
+    /// What the workers' gauges show at `now` (ms since the epoch): pending deliveries per
+    /// destination with the age of each one's oldest, open dead letters, pauses. Read by every
+    /// worker process every
+    /// [`OutboxConfig::metrics_interval`](crate::OutboxConfig::metrics_interval), so it
+    /// must be cheap: a backend with a query language overrides it with queries that read
+    /// only pending deliveries (an index of them) and open dead letters. The default derives
+    /// it from [`stats`](Self::stats), which reads every delivery, and gives each destination
+    /// the outbox's oldest pending age (an upper bound of its own).
+    async fn backlog(&self, now: i64) -> Result<Backlog, StoreError> {
+        let stats = self.stats(now).await?;
+        let oldest = stats.oldest_pending_age_secs.unwrap_or(0.0);
+        Ok(Backlog {
+            destinations: stats
+                .handlers
+                .iter()
+                .filter(|h| h.pending > 0)
+                .map(|h| DestinationBacklog {
+                    destination: h.handler.clone(),
+                    pending: h.pending,
+                    oldest_pending_age_secs: oldest,
+                })
+                .collect(),
+            dead_letters: stats.dead_letters,
+            paused: stats
+                .handlers
+                .iter()
+                .filter(|h| h.paused)
+                .map(|h| h.handler.clone())
+                .collect(),
+        })
+    }
 
     /// Dead letters matching `filter`, oldest first.
     async fn dead_letters(&self, filter: &DeadLetterFilter) -> Result<Vec<DeadLetter>, StoreError>;

@@ -42,8 +42,9 @@ pub use query::{Query, Row};
 pub use resolve::RESOLVE_PAGE;
 pub use tx::{SqlValue, Tx};
 pub use types::{
-    AuditEntry, BrokerMetadata, DeadLetter, DeadLetterCount, DeadLetterFilter, DeadLetterReason,
-    DestinationReport, HandlerStats, OutboxStats, PausedDestination, Resolution,
+    AuditEntry, Backlog, BrokerMetadata, DeadLetter, DeadLetterCount, DeadLetterFilter,
+    DeadLetterReason, DestinationBacklog, DestinationReport, HandlerStats, OutboxStats,
+    PausedDestination, Resolution,
 };
 pub use value::{timestamp_text, Datum, FromSql, SqlType, ToSql};
 
@@ -490,6 +491,20 @@ impl Store {
     /// Cancel safe: reads only.
     pub async fn stats(&self) -> Result<OutboxStats, StoreError> {
         self.backend.stats(now_ms()).await
+    }
+
+    /// What the workers' gauges show now: pending deliveries per destination with the age of
+    /// each one's oldest (a relay's lag), open dead letters, pauses. Reads only pending
+    /// deliveries and open dead letters, so it is cheap to call often, unlike
+    /// [`stats`](Self::stats).
+    ///
+    /// # Errors
+    /// [`StoreError::Database`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: reads only.
+    pub async fn backlog(&self) -> Result<Backlog, StoreError> {
+        self.backend.backlog(now_ms()).await
     }
 
     /// Dead letters matching `filter`, oldest first.

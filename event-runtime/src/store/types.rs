@@ -131,6 +131,50 @@ pub struct OutboxStats {
     pub handlers: Vec<HandlerStats>,
 }
 
+/// What the workers' gauges show, read every
+/// [`OutboxConfig::metrics_interval`](crate::OutboxConfig::metrics_interval) by
+/// [`Backend::backlog`](super::Backend::backlog): pending deliveries per destination, open dead
+/// letters and pauses. Unlike [`OutboxStats`] it never counts completed deliveries, so reading
+/// it costs in proportion to the backlog, not to the history retention keeps.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct Backlog {
+    /// The destinations that have pending deliveries, by name.
+    pub destinations: Vec<DestinationBacklog>,
+    /// Dead letters not replayed or purged.
+    pub dead_letters: u64,
+    /// The destinations paused now, by name.
+    pub paused: Vec<String>,
+}
+
+impl Backlog {
+    /// Pending deliveries over every destination.
+    pub fn pending(&self) -> u64 {
+        self.destinations.iter().map(|d| d.pending).sum()
+    }
+
+    /// The age of the oldest pending delivery of any destination, in seconds; `None` when
+    /// nothing is pending.
+    pub fn oldest_pending_age_secs(&self) -> Option<f64> {
+        self.destinations
+            .iter()
+            .map(|d| d.oldest_pending_age_secs)
+            .reduce(f64::max)
+    }
+}
+
+/// The pending deliveries of one destination (a handler or a transport's relay).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct DestinationBacklog {
+    /// The destination's name, as stored with each delivery.
+    pub destination: String,
+    /// Deliveries not completed yet: due, leased, waiting for a retry, or held back behind a
+    /// dead letter of their aggregate.
+    pub pending: u64,
+    /// How long ago its oldest pending delivery was committed, in seconds (at least 0). For a
+    /// relay this is the lag: the age of the oldest event not yet acknowledged by the broker.
+    pub oldest_pending_age_secs: f64,
+}
+
 /// Delivery counts of one handler.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct HandlerStats {

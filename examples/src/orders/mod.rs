@@ -150,10 +150,18 @@ pub struct Args {
     /// through the relay: the `billing` example consumes them.
     #[arg(long, value_name = "URL")]
     pub nats: Option<String>,
-    /// The JetStream stream (created when missing, on `events.>`).
+    /// The JetStream stream (created when missing, on `<subject prefix>.>`).
     #[arg(long, value_name = "NAME", default_value = DEFAULT_STREAM)]
     pub stream: String,
+    /// The first subject token(s) of the published events: `order.placed` goes to
+    /// `<prefix>.order.placed`. Two streams on one server cannot capture the same subjects,
+    /// so a second pair of services on the same server takes another prefix.
+    #[arg(long, value_name = "PREFIX", default_value = DEFAULT_SUBJECT_PREFIX)]
+    pub subject_prefix: String,
 }
+
+/// The subject prefix used when `--subject-prefix` is not given.
+pub const DEFAULT_SUBJECT_PREFIX: &str = "events";
 
 /// The stream used when `--stream` is not given.
 pub const DEFAULT_STREAM: &str = "EVENTS";
@@ -172,6 +180,7 @@ impl Default for Args {
             top: 10,
             nats: None,
             stream: DEFAULT_STREAM.to_owned(),
+            subject_prefix: DEFAULT_SUBJECT_PREFIX.to_owned(),
         }
     }
 }
@@ -255,17 +264,24 @@ pub enum RunError {
     Nats(#[source] event_runtime::transport::nats::NatsError),
 }
 
-/// Connects to NATS at `url` and creates (or checks) the stream `stream` on `events.>`.
+/// Connects to NATS at `url` and creates (or checks) the stream `stream` on
+/// `<subject_prefix>.>`.
 ///
 /// # Errors
-/// [`RunError::Nats`].
-pub async fn connect_nats(url: &str, stream: &str) -> Result<async_nats::Client, RunError> {
+/// [`RunError::Nats`]: the server is unreachable, or refuses the stream (a stream of that name
+/// with another shape, or another stream that already captures those subjects).
+pub async fn connect_nats(
+    url: &str,
+    stream: &str,
+    subject_prefix: &str,
+) -> Result<async_nats::Client, RunError> {
     use event_runtime::transport::nats::{NatsError, StreamSpec};
     let client = async_nats::connect(url)
         .await
         .map_err(|e| RunError::Nats(NatsError::Broker("connect", e.into())))?;
     let js = async_nats::jetstream::new(client.clone());
     StreamSpec::new(stream)
+        .subjects([format!("{subject_prefix}.>")])
         .create(&js)
         .await
         .map_err(RunError::Nats)?;
@@ -523,8 +539,11 @@ pub async fn run(args: &Args) -> Result<Report, RunError> {
     let flaky = Arc::new(Flaky::new(args.flaky_rate, args.seed));
     let relay = match &args.nats {
         Some(url) => {
-            let client = connect_nats(url, &args.stream).await?;
-            let config = event_runtime::transport::nats::RelayConfig::new(&args.stream);
+            let client = connect_nats(url, &args.stream, &args.subject_prefix).await?;
+            let config = event_runtime::transport::nats::RelayConfig {
+                subject_prefix: args.subject_prefix.clone(),
+                ..event_runtime::transport::nats::RelayConfig::new(&args.stream)
+            };
             Some(event_runtime::transport::nats::NatsRelay::new(
                 client, config,
             ))

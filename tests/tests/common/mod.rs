@@ -91,3 +91,72 @@ pub async fn databases(test: &str) -> Vec<Db> {
     }
     out
 }
+
+/// A `metrics` recorder whose gauges read back their last value (the debugging recorder of
+/// `metrics-util` resets a gauge to 0 on every snapshot, so a gauge nobody sets any more
+/// would look like one set to 0).
+#[derive(Clone)]
+pub struct Gauges(
+    std::sync::Arc<
+        metrics_util::registry::Registry<metrics::Key, metrics_util::registry::AtomicStorage>,
+    >,
+);
+
+impl Gauges {
+    pub fn new() -> Gauges {
+        Gauges(std::sync::Arc::new(
+            metrics_util::registry::Registry::atomic(),
+        ))
+    }
+
+    /// The last value of gauge `name` with label `handler` = `handler`, if it was ever set.
+    pub fn get(&self, name: &str, handler: &str) -> Option<f64> {
+        self.0.get_gauge_handles().into_iter().find_map(|(key, g)| {
+            let ours = key.name() == name
+                && key
+                    .labels()
+                    .any(|l| l.key() == "handler" && l.value() == handler);
+            ours.then(|| f64::from_bits(g.load(std::sync::atomic::Ordering::SeqCst)))
+        })
+    }
+}
+
+impl metrics::Recorder for Gauges {
+    fn describe_counter(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_gauge(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_histogram(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn register_counter(&self, key: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Counter {
+        self.0
+            .get_or_create_counter(key, |c| metrics::Counter::from_arc(c.clone()))
+    }
+    fn register_gauge(&self, key: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
+        self.0
+            .get_or_create_gauge(key, |g| metrics::Gauge::from_arc(g.clone()))
+    }
+    fn register_histogram(
+        &self,
+        key: &metrics::Key,
+        _: &metrics::Metadata<'_>,
+    ) -> metrics::Histogram {
+        self.0
+            .get_or_create_histogram(key, |h| metrics::Histogram::from_arc(h.clone()))
+    }
+}

@@ -786,12 +786,32 @@ pub async fn a_paused_destination_is_not_claimed_and_uses_no_attempts(db: &Db) {
         .handlers
         .iter()
         .any(|h| h.handler == "engine.ext" && h.paused));
+    // The backlog the gauges read agrees: the paused destination's two deliveries wait.
+    let backlog = s.backlog().await.unwrap();
+    let pending: Vec<(&str, u64)> = backlog
+        .destinations
+        .iter()
+        .map(|d| (d.destination.as_str(), d.pending))
+        .collect();
+    assert_eq!(pending, [("engine.ext", 2)], "{}", db.label());
+    assert_eq!(backlog.pending(), stats.pending, "{}", db.label());
+    let age = backlog.oldest_pending_age_secs().unwrap();
+    assert!((0.0..60.0).contains(&age), "{}: {age}", db.label());
+    assert_eq!(backlog.paused, ["engine.ext"], "{}", db.label());
+    assert_eq!(backlog.dead_letters, stats.dead_letters, "{}", db.label());
     // A second process sees the pause too.
     let other = db.open().await;
     assert_eq!(other.paused_destinations().await.unwrap().len(), 1);
 
     assert!(s.resume_destination("engine.ext").await.unwrap());
     outbox.drain(DRAIN).await.unwrap();
+    let backlog = s.backlog().await.unwrap();
+    assert!(
+        backlog.destinations.is_empty(),
+        "{}: {backlog:?}",
+        db.label()
+    );
+    assert!(backlog.paused.is_empty(), "{}: {backlog:?}", db.label());
     for id in &ids {
         assert!(
             status_is(s, "engine.ext", *id, "completed").await,

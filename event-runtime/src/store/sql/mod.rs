@@ -33,8 +33,8 @@ use super::backend::{
 };
 use super::query::Row;
 use super::types::{
-    AuditEntry, DeadLetter, DeadLetterCount, DeadLetterFilter, OutboxStats, PausedDestination,
-    Resolution,
+    AuditEntry, Backlog, DeadLetter, DeadLetterCount, DeadLetterFilter, OutboxStats,
+    PausedDestination, Resolution,
 };
 use super::value::Datum;
 use super::{StoreError, Tx};
@@ -366,6 +366,10 @@ impl<D: Dialect> Backend for SqlStore<D> {
 
     async fn stats(&self, now: i64) -> Result<OutboxStats, StoreError> {
         maintenance::stats::<D>(&self.pool, now).await
+    }
+
+    async fn backlog(&self, now: i64) -> Result<Backlog, StoreError> {
+        maintenance::backlog::<D>(&self.pool, now).await
     }
 
     async fn dead_letters(&self, filter: &DeadLetterFilter) -> Result<Vec<DeadLetter>, StoreError> {

@@ -24,6 +24,29 @@
 //! ([`OutboxConfig::retention`](crate::OutboxConfig::retention): that is the inbox's
 //! de-duplication window, checked at start-up to exceed the consumer's redelivery horizon).
 //!
+//! # Metrics
+//! Through the `metrics` crate, next to the engine's (crate docs):
+//!
+//! | metric | kind | what |
+//! |---|---|---|
+//! | `events_nats_published_total` | counter | publishes the server acknowledged (a duplicate ack included) |
+//! | `events_nats_published_duplicates_total` | counter | of those, acks saying the stream already held the message id |
+//! | `events_nats_publish_failures_total` | counter, label `reason` | `unavailable` (not connected: the relay pauses), `timeout`, `no_stream`, `too_large`, `other` |
+//! | `events_nats_in_flight` | gauge | publishes sent and not yet acknowledged, in this process |
+//! | `events_destination_oldest_pending_age_seconds{handler="nats:<stream>"}` | gauge | the lag: age in seconds of the oldest committed event the broker has not acknowledged yet (0 when none), set by the outbox's workers every [`OutboxConfig::metrics_interval`](crate::OutboxConfig::metrics_interval) (5 s) |
+//! | `events_nats_received_total` | counter | messages an inbox fetched |
+//! | `events_nats_duplicates_total` | counter | of those, event ids the consuming outbox already held (skipped) |
+//! | `events_nats_acked_total` | counter | messages acknowledged after their commit (ack confirmed) |
+//! | `events_nats_naked_total` | counter | messages given back (the commit failed): redelivered after 1 s |
+//! | `events_nats_terminated_total` | counter | messages terminated after being stored as dead letters |
+//! | `events_nats_dead_lettered_total` | counter | messages stored in the dead letter queue (cannot be accepted) |
+//!
+//! The lag is the engine's per-destination gauge rather than one of the relay's own: it is
+//! read from the store (the pending deliveries), so it counts what this process has not
+//! claimed yet and what another process or a crashed one left, keeps growing while the
+//! broker is unreachable and the relay is paused (when the relay publishes nothing it could
+//! time), and is the same gauge for every other destination.
+//!
 //! # Limitations
 //! One inbox instance per durable consumer at a time: several instances sharing the work with
 //! per-aggregate order (partitioned subjects) come later.

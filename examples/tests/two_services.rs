@@ -1,0 +1,483 @@
+//! The two services through the real NATS JetStream (`EVENTS_TEST_NATS_URL`; skipped visibly
+//! without it, failing with `EVENTS_TEST_REQUIRE_SERVICES=1`): the built `orders` and
+//! `billing` binaries, as a user runs them, on the bundled data, each test on a stream and a
+//! subject prefix of its own and with its own SQLite files.
+//!
+//! `billing` must invoice every shipped order once, with revenue by region exact to the cent
+//! against the CSV (computed here with the csv crate alone) and equal to what `orders`
+//! reports, and no dead letter: after a clean run, after `--crash-after` (committed, not
+//! acked) and a re-run, after a SIGKILL mid-run and a re-run, and after `orders` itself was
+//! killed mid-run and run again on its database (its relay publishes the rest; the stream
+//! holds each event once).
+//!
+//! `cargo test -p examples` builds the binaries first; alone, run
+//! `cargo build -p examples --examples && cargo test -p examples --test two_services`
+//! (about 2.5 minutes in debug on 2 cores: `orders` twice on the full data, `billing` six
+//! times).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use rust_decimal::Decimal;
+use serde_json::Value;
+
+// ---- what the CSV says ----------------------------------------------------------------------
+
+/// Orders and revenue by region, from the CSV alone: a row whose customer is not its order's
+/// (first row's) customer is refused; a line counts in its order's region.
+struct Expected {
+    orders: u64,
+    revenue_by_region: BTreeMap<String, Decimal>,
+}
+
+fn expected(path: &Path) -> Expected {
+    let mut reader = csv::Reader::from_path(path).unwrap();
+    let headers: Vec<String> = reader
+        .headers()
+        .unwrap()
+        .iter()
+        .map(|h| h.trim_start_matches('\u{feff}').to_owned())
+        .collect();
+    let col = |name: &str| headers.iter().position(|h| h == name).unwrap();
+    let (order_id, customer, region, sales) = (
+        col("Order ID"),
+        col("Customer ID"),
+        col("Region"),
+        col("Sales"),
+    );
+    let mut first: HashMap<String, (String, String)> = HashMap::new();
+    let mut revenue_by_region: BTreeMap<String, Decimal> = BTreeMap::new();
+    for record in reader.records() {
+        let record = record.unwrap();
+        let (order_customer, order_region) = first
+            .entry(record[order_id].to_owned())
+            .or_insert_with(|| (record[customer].to_owned(), record[region].to_owned()))
+            .clone();
+        if order_customer != record[customer] {
+            continue;
+        }
+        *revenue_by_region.entry(order_region).or_default() +=
+            Decimal::from_str(&record[sales]).unwrap();
+    }
+    Expected {
+        orders: first.len() as u64,
+        revenue_by_region,
+    }
+}
+
+// ---- services -------------------------------------------------------------------------------
+
+/// Says why a test is skipped on the process's standard error, which `cargo test` shows
+/// (unlike `eprintln!`, which the test harness captures).
+fn skip(message: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "note: {message}");
+}
+
+fn require() -> bool {
+    std::env::var("EVENTS_TEST_REQUIRE_SERVICES").as_deref() == Ok("1")
+}
+
+/// The NATS URL from `EVENTS_TEST_NATS_URL` once the server answers, or `None` after printing
+/// that the test is skipped and why. With `EVENTS_TEST_REQUIRE_SERVICES=1` a missing URL or an
+/// unreachable server fails the test.
+fn nats_url(test: &str) -> Option<String> {
+    let url = match std::env::var("EVENTS_TEST_NATS_URL") {
+        Ok(url) if !url.is_empty() => url,
+        _ => {
+            assert!(
+                !require(),
+                "{test}: EVENTS_TEST_REQUIRE_SERVICES=1 but EVENTS_TEST_NATS_URL is not set"
+            );
+            skip(&format!("{test}: skipped: EVENTS_TEST_NATS_URL is not set"));
+            return None;
+        }
+    };
+    match runtime().block_on(async_nats::connect(&url)) {
+        Ok(_) => Some(url),
+        Err(e) if require() => panic!("{test}: NATS at {url} is unreachable: {e}"),
+        Err(e) => {
+            skip(&format!(
+                "{test}: skipped: NATS at {url} is unreachable: {e}"
+            ));
+            None
+        }
+    }
+}
+
+/// The example `name` built by this `cargo test` run (`target/<profile>/examples/<name>`).
+/// Cargo gives no `CARGO_BIN_EXE_` for examples, and `cargo run` from a test would wait on
+/// the lock the running `cargo test` holds.
+fn example_binary(name: &str) -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let bin = exe
+        .parent()?
+        .parent()?
+        .join("examples")
+        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    bin.exists().then_some(bin)
+}
+
+/// Both binaries, or `None` after saying why the test is skipped (failing with
+/// `EVENTS_TEST_REQUIRE_SERVICES=1`).
+fn binaries(test: &str) -> Option<(PathBuf, PathBuf)> {
+    match (example_binary("orders"), example_binary("billing")) {
+        (Some(o), Some(b)) => Some((o, b)),
+        _ => {
+            let why = "the orders and billing examples are not built (`cargo test -p examples` \
+                       builds them; `--test two_services` alone does not: run \
+                       `cargo build -p examples --examples` first)";
+            assert!(!require(), "{test}: {why}");
+            skip(&format!("{test}: skipped: {why}"));
+            None
+        }
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// A directory of this test's own for its SQLite files.
+fn temp_dir(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "two-services-{test}-{}",
+        uuid::Uuid::now_v7().simple()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A stream of the test's own, and the subject prefix its events go under (two streams on
+/// one server cannot capture the same subjects).
+struct Pair {
+    url: String,
+    orders_bin: PathBuf,
+    billing_bin: PathBuf,
+    stream: String,
+    prefix: String,
+    dir: PathBuf,
+}
+
+impl Pair {
+    fn new(test: &str) -> Option<Pair> {
+        let url = nats_url(test)?;
+        let (orders_bin, billing_bin) = binaries(test)?;
+        let id = uuid::Uuid::now_v7().simple().to_string();
+        Some(Pair {
+            url,
+            orders_bin,
+            billing_bin,
+            stream: format!("TWO{id}"),
+            prefix: format!("two{id}"),
+            dir: temp_dir(test),
+        })
+    }
+
+    fn database(&self, name: &str) -> String {
+        format!("sqlite://{}", self.dir.join(format!("{name}.db")).display())
+    }
+
+    fn orders(&self) -> Command {
+        let mut c = Command::new(&self.orders_bin);
+        c.args(["--database", &self.database("orders")])
+            .args(["--nats", &self.url, "--stream", &self.stream])
+            .args(["--subject-prefix", &self.prefix]);
+        c
+    }
+
+    /// `billing` with its own database and durable consumer, both named `name`.
+    fn billing(&self, name: &str, extra: &[&str]) -> Command {
+        let mut c = Command::new(&self.billing_bin);
+        c.args(["--database", &self.database(name), "--consumer", name])
+            .args(["--nats", &self.url, "--stream", &self.stream])
+            .args(["--subject-prefix", &self.prefix, "--idle-exit", "3"])
+            .args(extra);
+        c
+    }
+
+    /// Messages in the stream now.
+    fn messages(&self) -> u64 {
+        runtime().block_on(async {
+            let client = async_nats::connect(&self.url).await.unwrap();
+            let js = async_nats::jetstream::new(client);
+            let mut stream = js.get_stream(&self.stream).await.unwrap();
+            stream.info().await.unwrap().state.messages
+        })
+    }
+
+    /// Messages the durable consumer `name` has had delivered (its stream sequence).
+    fn delivered(&self, name: &str) -> u64 {
+        runtime().block_on(async {
+            let client = async_nats::connect(&self.url).await.unwrap();
+            let js = async_nats::jetstream::new(client);
+            let stream = js.get_stream(&self.stream).await.unwrap();
+            match stream
+                .get_consumer::<async_nats::jetstream::consumer::pull::Config>(name)
+                .await
+            {
+                Ok(mut c) => c.info().await.unwrap().delivered.stream_sequence,
+                Err(_) => 0,
+            }
+        })
+    }
+
+    /// The stream goes with a test that passed; a failed one leaves it for a post-mortem.
+    fn delete_stream(&self) {
+        runtime().block_on(async {
+            let client = async_nats::connect(&self.url).await.unwrap();
+            let js = async_nats::jetstream::new(client);
+            js.delete_stream(&self.stream).await.unwrap();
+        });
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A child process killed when dropped (a failed assertion must not leave it running).
+struct Running(Option<Child>);
+
+impl Running {
+    fn spawn(mut command: Command) -> Running {
+        Running(Some(
+            command
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        ))
+    }
+
+    /// SIGKILL: no destructor, no flush, no ack.
+    fn kill(mut self) -> Output {
+        let mut child = self.0.take().unwrap();
+        child.kill().unwrap();
+        child.wait_with_output().unwrap()
+    }
+
+    /// Waits for `until` (polled every 100 ms) and returns `true`, or `false` when the process
+    /// ended first.
+    fn wait_for(&mut self, what: &str, mut until: impl FnMut() -> bool) -> bool {
+        let started = Instant::now();
+        loop {
+            if self.0.as_mut().unwrap().try_wait().unwrap().is_some() {
+                return false;
+            }
+            if until() {
+                return true;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(300),
+                "waited 5 minutes for {what}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The JSON of the last stdout line, `summary: {…}`, of a run that succeeded.
+fn summary(what: &str, out: &Output) -> Value {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{what} failed ({}): {}\n{stdout}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let last = stdout.lines().last().unwrap_or_default();
+    let json = last
+        .strip_prefix("summary: ")
+        .unwrap_or_else(|| panic!("{what}: no summary line: {stdout}"));
+    serde_json::from_str(json).unwrap()
+}
+
+fn count(v: &Value, key: &str) -> u64 {
+    v[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("summary lacks {key}: {v}"))
+}
+
+fn revenue(v: &Value) -> BTreeMap<String, Decimal> {
+    serde_json::from_value(v["revenue_by_region"].clone()).unwrap()
+}
+
+/// `orders` is complete: every placed order shipped, the stream holds each of its events once.
+fn assert_orders_complete(pair: &Pair, orders: &Value, e: &Expected) {
+    assert_eq!(count(orders, "orders_placed"), e.orders, "{orders}");
+    assert_eq!(count(orders, "orders_shipped"), e.orders, "{orders}");
+    assert_eq!(revenue(orders), e.revenue_by_region, "orders' revenue");
+    assert_eq!(
+        pair.messages(),
+        count(orders, "events_dispatched"),
+        "the stream holds each event once"
+    );
+}
+
+/// `billing` invoiced every shipped order once, exactly, and dead-lettered nothing.
+fn assert_billing_exact(what: &str, billing: &Value, orders: &Value, e: &Expected) {
+    assert_eq!(count(billing, "invoices"), e.orders, "{what}: {billing}");
+    assert_eq!(
+        count(billing, "invoices"),
+        count(orders, "orders_shipped"),
+        "{what}: one invoice per shipped order"
+    );
+    assert_eq!(
+        revenue(billing),
+        revenue(orders),
+        "{what}: revenue by region as orders reports it"
+    );
+    assert_eq!(
+        revenue(billing),
+        e.revenue_by_region,
+        "{what}: revenue by region against the CSV"
+    );
+    assert_eq!(count(billing, "dead_lettered"), 0, "{what}: {billing}");
+}
+
+/// A re-run after a crash committed only what the crashed run had not: something, not all.
+fn assert_resumed(what: &str, again: &Value, events: u64) {
+    let appended = count(again, "appended");
+    assert!(
+        0 < appended && appended < events,
+        "{what}: the crashed run committed part of the stream: {again}"
+    );
+    eprintln!("{what}: {again}");
+}
+
+// ---- the tests ------------------------------------------------------------------------------
+
+#[test]
+fn billing_is_exact_after_a_clean_run_a_crash_before_the_ack_and_a_sigkill() {
+    let test = "billing_is_exact";
+    let Some(pair) = Pair::new(test) else {
+        return;
+    };
+    let started = Instant::now();
+    let e = expected(&examples::orders::default_input());
+    let orders = summary("orders", &pair.orders().output().unwrap());
+    assert_orders_complete(&pair, &orders, &e);
+    let events = count(&orders, "events_dispatched");
+    eprintln!("{test}: orders done in {:?}", started.elapsed());
+
+    // Three consumers of the same stream, each with its own database, at once.
+    std::thread::scope(|s| {
+        let pair = &pair;
+        let (orders, e) = (&orders, &e);
+        s.spawn(move || {
+            let clean = summary("billing", &pair.billing("clean", &[]).output().unwrap());
+            assert_billing_exact("clean run", &clean, orders, e);
+            assert_eq!(count(&clean, "received"), events, "{clean}");
+            assert_eq!(count(&clean, "appended"), events, "{clean}");
+            assert_eq!(count(&clean, "duplicates_skipped"), 0, "{clean}");
+        });
+        s.spawn(move || {
+            let crashed = pair
+                .billing("crash", &["--crash-after", "5000"])
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&crashed.stderr);
+            assert!(!crashed.status.success(), "{stderr}");
+            assert!(stderr.contains("--crash-after: "), "{stderr}");
+            assert!(crashed.stdout.is_empty(), "no report from a crashed run");
+            let again = summary(
+                "billing after --crash-after",
+                &pair.billing("crash", &[]).output().unwrap(),
+            );
+            assert_billing_exact("after --crash-after", &again, orders, e);
+            assert!(
+                count(&again, "duplicates_skipped") > 0,
+                "the batch committed before the crash is redelivered and skipped: {again}"
+            );
+            assert_resumed("after --crash-after", &again, events);
+        });
+        s.spawn(move || {
+            let mut running = Running::spawn(pair.billing("kill", &[]));
+            assert!(
+                running.wait_for("billing to take 8,000 messages", || {
+                    pair.delivered("kill") >= 8_000
+                }),
+                "billing ended before it was killed"
+            );
+            let killed = running.kill();
+            assert!(!killed.status.success());
+            assert!(killed.stdout.is_empty(), "no report from a killed run");
+            let again = summary(
+                "billing after SIGKILL",
+                &pair.billing("kill", &[]).output().unwrap(),
+            );
+            assert_billing_exact("after SIGKILL", &again, orders, e);
+            assert_resumed("after SIGKILL", &again, events);
+        });
+    });
+    eprintln!("{test}: passed in {:?}", started.elapsed());
+    pair.delete_stream();
+}
+
+#[test]
+fn orders_killed_mid_run_and_run_again_publishes_each_event_once() {
+    let test = "orders_killed";
+    let Some(pair) = Pair::new(test) else {
+        return;
+    };
+    let started = Instant::now();
+    let e = expected(&examples::orders::default_input());
+    let mut running = Running::spawn(pair.orders());
+    // The stream exists once orders has connected; kill it once a third of its events are out.
+    let stream_holds = |n: u64| {
+        runtime().block_on(async {
+            let client = async_nats::connect(&pair.url).await.unwrap();
+            let js = async_nats::jetstream::new(client);
+            match js.get_stream(&pair.stream).await {
+                Ok(mut s) => s.info().await.unwrap().state.messages >= n,
+                Err(_) => false,
+            }
+        })
+    };
+    assert!(
+        running.wait_for("orders to publish 7,000 events", || stream_holds(7_000)),
+        "orders ended before it was killed"
+    );
+    let killed = running.kill();
+    assert!(!killed.status.success());
+    let published = pair.messages();
+    eprintln!(
+        "{test}: orders killed after {:?} with {published} events in the stream",
+        started.elapsed()
+    );
+
+    let orders = summary("orders after SIGKILL", &pair.orders().output().unwrap());
+    assert!(
+        count(&orders, "rows_already_imported") > 0,
+        "the killed run had imported rows: {orders}"
+    );
+    assert!(
+        published < count(&orders, "events_dispatched"),
+        "killed mid-run"
+    );
+    assert_orders_complete(&pair, &orders, &e);
+
+    let billing = summary("billing", &pair.billing("billing", &[]).output().unwrap());
+    assert_billing_exact("after orders was killed", &billing, &orders, &e);
+    assert_eq!(
+        count(&billing, "received"),
+        count(&orders, "events_dispatched"),
+        "{billing}"
+    );
+    assert_eq!(count(&billing, "duplicates_skipped"), 0, "{billing}");
+    eprintln!("{test}: passed in {:?}", started.elapsed());
+    pair.delete_stream();
+}
