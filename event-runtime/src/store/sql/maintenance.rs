@@ -104,7 +104,10 @@ pub(crate) async fn backlog<D: Dialect>(
     for r in rows::<D>(&mut conn, PENDING, &[]).await? {
         // A creation time of another type (SQLite keeps any) has no age; `stats` counts
         // such a row as unreadable.
-        let oldest = D::DB::get_opt_i64(&r, "oldest").ok().flatten().unwrap_or(now);
+        let oldest = D::DB::get_opt_i64(&r, "oldest")
+            .ok()
+            .flatten()
+            .unwrap_or(now);
         destinations.push(DestinationBacklog {
             destination: D::DB::get_string(&r, "handler").map_err(db)?,
             pending: D::DB::get_i64(&r, "n").map_err(db)?.max(0) as u64,
