@@ -672,7 +672,10 @@ async fn bad_input_is_one_line_error() {
     }
     #[cfg(not(feature = "postgres"))]
     {
-        failed(&r, "this build has no PostgreSQL support");
+        failed(
+            &r,
+            "this build has no postgres support: enable the `postgres` feature of event-runtime",
+        );
         let _ = started;
     }
 
