@@ -218,14 +218,28 @@ impl<'a> From<&'a (dyn Any + Send + Sync)> for EnvelopeRef<'a> {
 #[derive(Clone)]
 pub struct BoundResource {
     value: Arc<dyn Any + Send + Sync>,
+    /// `value`'s data pointer, read once (finding it in an `Arc<dyn Any>` reads the vtable's
+    /// alignment).
+    data: *const (),
     type_id: TypeId,
 }
+
+// SAFETY: `data` points into `value`, which is `Send + Sync` and owned by the same struct;
+// the pointer is only ever read as a shared reference to that value.
+unsafe impl Send for BoundResource {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for BoundResource {}
 
 impl BoundResource {
     /// Binds `value`, reading its type once.
     pub fn new(value: Arc<dyn Any + Send + Sync>) -> Self {
         let type_id = Any::type_id(&*value);
-        BoundResource { value, type_id }
+        let data = Arc::as_ptr(&value) as *const ();
+        BoundResource {
+            value,
+            data,
+            type_id,
+        }
     }
 
     /// The shared value.
@@ -238,9 +252,9 @@ impl BoundResource {
     pub fn downcast_ref<T: Any>(&self) -> Option<&T> {
         if self.type_id == TypeId::of::<T>() {
             // SAFETY: `type_id` was read from the value itself in `new` (its vtable), and the
-            // fields are private: equal ids mean the `Arc`'s data is a `T`, alive as long as
-            // `self` is borrowed.
-            Some(unsafe { &*(Arc::as_ptr(&self.value) as *const T) })
+            // fields are private: equal ids mean `data` (the `Arc`'s data pointer, which never
+            // moves) points to a `T`, kept alive by `value` as long as `self` is borrowed.
+            Some(unsafe { &*(self.data as *const T) })
         } else {
             None
         }
