@@ -108,6 +108,7 @@
 #![warn(missing_docs, unreachable_pub)]
 #![doc(test(attr(deny(warnings))))]
 
+mod bounds;
 mod envelope;
 mod error;
 mod event;
@@ -129,6 +130,11 @@ pub use upcast::Upcaster;
 
 #[doc(inline)]
 pub use event_macros::{event_handler, DomainEvent, EventUnion};
+
+// Not public API either: re-exported here only so that rustc names these traits by their name
+// in an error (`ResourceArg`), not by their `__private` path. Generated code uses `__private`.
+#[doc(hidden)]
+pub use bounds::{FreeFunction, OneEvent, ResourceArg, SecondEvent, TransactionArg};
 
 /// An event type submitted to `inventory` by `#[derive(DomainEvent)]`.
 #[derive(Debug)]
@@ -159,8 +165,6 @@ pub fn registered_handlers() -> impl Iterator<Item = &'static HandlerDescriptor>
 
 // Not public API: paths used by the code the macros generate.
 #[doc(hidden)]
-// The adapters' `new` are called in `const` items, where `Default::default` cannot be.
-#[allow(clippy::new_without_default)]
 pub mod __private {
     pub use inventory;
     pub use schemars;
@@ -207,6 +211,11 @@ pub mod __private {
     pub use core::fmt::Display;
 
     pub use crate::union::{check_union, UnionVariant, UnionVariantClone, Variant};
+
+    pub use crate::bounds::{
+        EventProbe, FreeFunction, NotAnEvent, OneEvent, ProbeEvent, ProbeNotEvent, ResourceArg,
+        SecondEvent, TransactionArg,
+    };
 
     pub use core::option::Option::{self, None, Some};
     pub use core::result::Result::{Err, Ok};
@@ -283,26 +292,20 @@ pub mod __private {
         true
     }
 
-    /// Boxes an `async fn` handler's future. A function rather than `Box::pin` in the
-    /// generated code so that a future that is not `Send` is reported at the handler's `async`.
-    pub fn handler_future<'a, F>(future: F) -> HandlerFuture<'a>
-    where
-        F: core::future::Future<Output = Result<(), HandlerError>> + Send + 'a,
-    {
-        Box::pin(future)
-    }
-
     // The builtin macros generated code calls, so that a user macro of the same name in scope
     // does not replace them.
     pub use core::result::Result;
     pub use core::{concat, file, line, module_path};
 
-    // Parameter adapters. `#[event_handler]` builds one `const` per parameter; building it is
-    // the only place the generated code states the trait bound, so a wrong parameter type is
-    // reported once, at the parameter, and the entry point and the descriptor (which read the
-    // adapter's fields) repeat nothing that could fail again.
+    // Parameter adapters. `#[event_handler]` builds one `const` per parameter, a struct literal
+    // whose fields name the parameter type's trait items (`<T as ResourceArg>::get`): the only
+    // place the generated code states the trait bound, so a wrong parameter type is reported
+    // once, at the parameter, and the entry point and the descriptor (which read the adapter's
+    // fields) repeat nothing that could fail again. A trait item path, unlike a call of a
+    // function with a `where` clause, adds no "required by a bound in" note (see `bounds`).
 
-    /// The event parameter (`&E` or `&Envelope<E>`) of a handler.
+    /// The event parameter (`&E` or `&Envelope<E>`) of a handler:
+    /// `EventParam { get: <A as EventArg>::from_context, events: <A as EventArg>::EVENTS, … }`.
     pub struct EventParam<A: 'static> {
         /// The parameter from the context's envelope.
         pub get: for<'b> fn(&HandlerContext<'b>) -> Result<EventRef<'b, A>, HandlerError>,
@@ -312,21 +315,7 @@ pub mod __private {
         pub takes_envelope: bool,
     }
 
-    impl<A: 'static> EventParam<A> {
-        /// The adapter; requires `A: EventArg`.
-        pub const fn new() -> Self
-        where
-            A: EventArg,
-        {
-            EventParam {
-                get: A::from_context,
-                events: A::EVENTS,
-                takes_envelope: A::IS_ENVELOPE,
-            }
-        }
-    }
-
-    /// A `&T` resource parameter of a handler.
+    /// A `&T` resource parameter of a handler: `get` is `<T as ResourceArg>::get`.
     pub struct ResourceParam<T: 'static> {
         /// Borrows the resource at an index (parameter order) from the context.
         pub get: for<'b> fn(&HandlerContext<'b>, usize) -> Result<&'b T, HandlerError>,
@@ -334,36 +323,7 @@ pub mod __private {
         pub descriptor: ResourceDescriptor,
     }
 
-    impl<T: 'static> ResourceParam<T> {
-        /// The adapter; requires `T: Resource`.
-        pub const fn new() -> Self
-        where
-            T: Resource,
-        {
-            ResourceParam {
-                get: resource::<T>,
-                descriptor: ResourceDescriptor::of::<T>(),
-            }
-        }
-    }
-
-    fn resource<'b, T: Resource>(
-        ctx: &HandlerContext<'b>,
-        index: usize,
-    ) -> Result<&'b T, HandlerError> {
-        ctx.resource::<T>(index)
-    }
-
-    /// The type of a handler's `&mut T` parameter: the open transaction or connection.
-    #[diagnostic::on_unimplemented(
-        message = "`{Self}` cannot be the transaction parameter of an event handler",
-        label = "the runtime may hand the open transaction to another thread: it must be `Send + 'static`",
-        note = "take the transaction or connection type the runtime provides, such as a database transaction"
-    )]
-    pub trait TransactionArg: Send + 'static {}
-    impl<T: Send + 'static> TransactionArg for T {}
-
-    /// The `&mut T` transaction parameter of a handler.
+    /// The `&mut T` transaction parameter of a handler: `take` is `<T as TransactionArg>::take`.
     pub struct TransactionParam<T: 'static> {
         /// Takes the transaction from the context.
         pub take: for<'b> fn(&mut HandlerContext<'b>) -> Result<&'b mut T, HandlerError>,
@@ -371,40 +331,9 @@ pub mod __private {
         pub descriptor: ResourceDescriptor,
     }
 
-    impl<T: 'static> TransactionParam<T> {
-        /// The adapter; requires `T: TransactionArg`.
-        pub const fn new() -> Self
-        where
-            T: TransactionArg,
-        {
-            TransactionParam {
-                take: transaction::<T>,
-                descriptor: ResourceDescriptor::of::<T>(),
-            }
-        }
-    }
-
-    fn transaction<'b, T: TransactionArg>(
-        ctx: &mut HandlerContext<'b>,
-    ) -> Result<&'b mut T, HandlerError> {
-        ctx.take_transaction::<T>()
-    }
-
-    /// A handler's return type.
+    /// A handler's return type: `convert` is `<R as IntoHandlerResult>::into_handler_result`.
     pub struct ReturnParam<R> {
         /// Converts the returned value.
         pub convert: fn(R) -> Result<(), HandlerError>,
-    }
-
-    impl<R> ReturnParam<R> {
-        /// The adapter; requires `R: IntoHandlerResult`.
-        pub const fn new() -> Self
-        where
-            R: IntoHandlerResult,
-        {
-            ReturnParam {
-                convert: R::into_handler_result,
-            }
-        }
     }
 }

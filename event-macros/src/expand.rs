@@ -179,20 +179,24 @@ pub(crate) fn event_handler(args: TokenStream, input: TokenStream) -> syn::Resul
     let attrs = attr::handler_attrs(&cx, args);
     let handler = Handler::from_ast(&cx, &item, attrs);
     let spec = check::handler(&cx, &handler);
-    // A method is inside an `impl` block, where a struct cannot go: keep the one error.
-    let marker = item.sig.receiver().is_none().then(|| marker_struct(&item));
+    // A function with a `self` receiver or naming `Self` is in an `impl` block (or a trait),
+    // where a struct cannot go: `check` reported it, and nothing else is emitted.
+    let in_impl = item.sig.receiver().is_some() || spec.uses_self;
     Ok(match cx.check() {
         Ok(()) => {
             let registration = handler_registration(&handler, &spec);
+            let facade = use_facade(handler.attrs.crate_path.as_ref());
+            let free = free_function_check(&item, &facade);
             quote! {
                 #input
-                #marker
                 #registration
+                #free
             }
         }
         Err(errors) => {
             // The function stays as written (it compiles on its own, and unit tests call it);
             // the marker type keeps `handler::<name>()` from adding unrelated errors.
+            let marker = (!in_impl).then(|| marker_struct(&item, TokenStream::new()));
             let errors = errors.into_compile_error();
             quote! {
                 #input
@@ -201,6 +205,39 @@ pub(crate) fn event_handler(args: TokenStream, input: TokenStream) -> syn::Resul
             }
         }
     })
+}
+
+/// Proves that the handler is a free function, for a function in an `impl` block that neither
+/// takes `self` nor names `Self` (nothing in its tokens tells it apart). Both items are valid
+/// in an `impl` block too, unlike the marker struct, which rustc drops there with its own
+/// error ("struct is not supported in `trait`s or `impl`s"), taking the whole registration
+/// with it; these two then add the error that says what to do.
+///
+/// Next to a free function, `__event_handler_free_<name>` is a constant in scope, and the
+/// pattern naming it compares with it (a `u8`). Next to an associated function it is an associated
+/// constant, not in scope by its bare name: the pattern binds a fresh variable instead, whose
+/// type is the literal's fallback, `i32`, and `FreeFunction` (implemented for `u8`) fails.
+fn free_function_check(item: &ItemFn, facade: &TokenStream) -> TokenStream {
+    let ident = &item.sig.ident;
+    let span = ident.span();
+    let probe = format_ident!("__event_handler_free_{}", ident.unraw(), span = span);
+    let check = format_ident!("__event_handler_{}", ident.unraw(), span = span);
+    let call = quote_spanned! {span=>
+        _event_core::__private::FreeFunction::free_function(&#probe)
+    };
+    quote_spanned! {span=>
+        #[doc(hidden)]
+        #[allow(non_upper_case_globals, dead_code)]
+        const #probe: u8 = 0;
+        #[doc(hidden)]
+        #[allow(non_upper_case_globals, dead_code, irrefutable_let_patterns)]
+        const #check: fn() = || {
+            #facade
+            if let #probe = 0 {
+                #call;
+            }
+        };
+    }
 }
 
 /// The first tokens of an item that is not a function, to point at.
@@ -241,13 +278,30 @@ fn item_head(item: &Item) -> TokenStream {
 
 /// A braced struct named like the function: it lives in the type namespace only, so it does
 /// not clash with the function, and `Handler` is implemented on it.
-fn marker_struct(item: &ItemFn) -> TokenStream {
+///
+/// The registration (`registration`: the entry point, the descriptor, the `Handler` impl and
+/// the `inventory` submission) sits inside the struct, in the length of a zero-sized array
+/// field: in an `impl` block rustc rejects the struct with one error and drops it whole, so
+/// nothing in the registration adds errors of its own there.
+fn marker_struct(item: &ItemFn, registration: TokenStream) -> TokenStream {
     let vis = &item.vis;
     let ident = &item.sig.ident;
+    if registration.is_empty() {
+        return quote! {
+            #[doc(hidden)]
+            #[allow(non_camel_case_types, dead_code)]
+            #vis struct #ident {}
+        };
+    }
     quote! {
         #[doc(hidden)]
-        #[allow(non_camel_case_types, dead_code)]
-        #vis struct #ident {}
+        #[allow(non_camel_case_types, dead_code, non_local_definitions)]
+        #vis struct #ident {
+            __registration: [(); {
+                #registration
+                0
+            }],
+        }
     }
 }
 
@@ -270,22 +324,21 @@ fn handler_registration(handler: &Handler, spec: &HandlerSpec) -> TokenStream {
     for role in &spec.params {
         match role {
             Role::Event(ty) => {
-                adapters.push(adapter("__EVENT", "EventParam", ty));
+                adapters.push(event_adapter(ty));
                 extract.push(quote!(let __event = (__EVENT.get)(__ctx)?;));
                 args.push(quote!(&*__event));
                 has_event = true;
             }
             Role::Resource(index, ty) => {
-                let name = format!("__RESOURCE_{index}");
+                let name = format_ident!("__RESOURCE_{}", index);
                 let local = format_ident!("__resource_{}", index);
-                adapters.push(adapter(&name, "ResourceParam", ty));
-                let name = format_ident!("{}", name);
+                adapters.push(resource_adapter(&name, ty));
                 extract.push(quote!(let #local = (#name.get)(__ctx, #index)?;));
                 args.push(quote!(#local));
                 resources.push(quote!(#name.descriptor));
             }
             Role::Transaction(ty) => {
-                adapters.push(adapter("__TRANSACTION", "TransactionParam", ty));
+                adapters.push(transaction_adapter(ty));
                 // Taken first: it needs the context mutably, the others share it.
                 extract_tx = Some(quote!(let __transaction = (__TRANSACTION.take)(__ctx)?;));
                 args.push(quote!(__transaction));
@@ -309,7 +362,7 @@ fn handler_registration(handler: &Handler, spec: &HandlerSpec) -> TokenStream {
             _event_core::__private::Ok(())
         }),
         Some(ty) if nameable(ty) => {
-            adapters.push(adapter("__RETURN", "ReturnParam", ty));
+            adapters.push(return_adapter(ty));
             quote!((__RETURN.convert)(#call))
         }
         // `impl Trait` or elided lifetimes cannot be named in a `const`: convert in place.
@@ -329,7 +382,9 @@ fn handler_registration(handler: &Handler, spec: &HandlerSpec) -> TokenStream {
             #convert
         }
     };
-    let boxed = quote_spanned!(async_span=> _event_core::__private::handler_future(#async_block));
+    // Coerced to `HandlerFuture` where it is returned: a future that is not `Send` is reported
+    // there, naming only the cast to `Pin<Box<dyn Future + Send>>`.
+    let boxed = quote_spanned!(async_span=> _event_core::__private::Box::pin(#async_block));
     let (entry, handler_call) = if is_async {
         (
             quote! {
@@ -376,52 +431,103 @@ fn handler_registration(handler: &Handler, spec: &HandlerSpec) -> TokenStream {
         line: _event_core::__private::line!(),
     };
 
-    quote! {
-        const _: () = {
-            #facade
+    let registration = quote! {
+        #facade
 
-            #(#adapters)*
+        #(#adapters)*
 
-            #entry
+        #entry
 
-            static __DESCRIPTOR: _event_core::__private::HandlerDescriptor =
-                _event_core::__private::HandlerDescriptor {
-                    name: #name,
-                    events: __EVENT.events,
-                    priority: #priority,
-                    mode: _event_core::__private::DeliveryMode::#mode,
-                    ordered: #ordered,
-                    resources: &[#(#resources),*],
-                    transaction: #transaction,
-                    takes_envelope: __EVENT.takes_envelope,
-                    call: #handler_call,
-                    #location
-                };
+        static __DESCRIPTOR: _event_core::__private::HandlerDescriptor =
+            _event_core::__private::HandlerDescriptor {
+                name: #name,
+                events: __EVENT.events,
+                priority: #priority,
+                mode: _event_core::__private::DeliveryMode::#mode,
+                ordered: #ordered,
+                resources: &[#(#resources),*],
+                transaction: #transaction,
+                takes_envelope: __EVENT.takes_envelope,
+                call: #handler_call,
+                #location
+            };
 
-            #[automatically_derived]
-            impl _event_core::__private::Handler for #ident {
-                const DESCRIPTOR: &'static _event_core::__private::HandlerDescriptor = &__DESCRIPTOR;
-            }
+        #[automatically_derived]
+        impl _event_core::__private::Handler for #ident {
+            const DESCRIPTOR: &'static _event_core::__private::HandlerDescriptor = &__DESCRIPTOR;
+        }
 
-            _event_core::__private::inventory::submit! {
-                _event_core::__private::HandlerRegistration { descriptor: &__DESCRIPTOR }
-            }
+        _event_core::__private::inventory::submit! {
+            _event_core::__private::HandlerRegistration { descriptor: &__DESCRIPTOR }
+        }
+    };
+    marker_struct(item, registration)
+}
+
+/// The first and the last span of the user's `ty`: an unmet bound on `<T as Trait>` is
+/// reported at `T`, so spanning the generated tokens from the first to the last token of the
+/// type underlines the whole type.
+fn type_spans(ty: &Type) -> (Span, Span) {
+    let mut tokens = ty.to_token_stream().into_iter();
+    let first = tokens.next().map_or_else(Span::call_site, |tt| tt.span());
+    let last = tokens.last().map_or(first, |tt| tt.span());
+    (first, last)
+}
+
+/// `const __EVENT: EventParam<A> = EventParam { get: <A as EventArg>::from_context, … };`.
+/// The three paths state one bound at one span, which rustc reports once.
+fn event_adapter(ty: &Type) -> TokenStream {
+    let (first, _) = type_spans(ty);
+    let q = quote_spanned!(first=> <#ty as _event_core::__private::EventArg>);
+    quote_spanned! {first=>
+        const __EVENT: _event_core::__private::EventParam<#ty> = _event_core::__private::EventParam {
+            get: #q::from_context,
+            events: #q::EVENTS,
+            takes_envelope: #q::IS_ENVELOPE,
         };
     }
 }
 
-/// `const NAME: Adapter<T> = Adapter::new();`, where `new` states the bound `T` must meet.
-/// Its path is spanned from the first to the last token of the user's `T`: rustc reports an
-/// unmet bound at the path, so the error underlines the whole type.
-fn adapter(name: &str, adapter: &str, ty: &Type) -> TokenStream {
-    let mut tokens = ty.to_token_stream().into_iter();
-    let first = tokens.next().map_or_else(Span::call_site, |tt| tt.span());
-    let last = tokens.last().map_or(first, |tt| tt.span());
-    let name = Ident::new(name, first);
-    let adapter = Ident::new(adapter, first);
-    let new = Ident::new("new", last);
+/// `const __RESOURCE_n: ResourceParam<T> = …`, and the check that `T` is not a second event.
+fn resource_adapter(name: &Ident, ty: &Type) -> TokenStream {
+    let (first, last) = type_spans(ty);
+    // Spanned from the first to the last token of the type, which the error underlines.
+    let check = Ident::new("check", last);
+    let kind = quote_spanned!(last=> event_kind());
     quote_spanned! {first=>
-        const #name: _event_core::__private::#adapter<#ty> = _event_core::__private::#adapter::#new();
+        const #name: _event_core::__private::ResourceParam<#ty> = _event_core::__private::ResourceParam {
+            get: <#ty as _event_core::__private::ResourceArg>::get,
+            descriptor: _event_core::__private::ResourceDescriptor::of::<#ty>(),
+        };
+        // Type-checked, never run: the probe's method is `SecondEvent`'s when `T` is an event.
+        const _: fn() = || {
+            #[allow(unused_imports)]
+            use _event_core::__private::{ProbeEvent as _, ProbeNotEvent as _};
+            _event_core::__private::OneEvent::<#ty>::#check(
+                &(&_event_core::__private::EventProbe::<#ty>::NEW).#kind,
+            );
+        };
+    }
+}
+
+/// `const __TRANSACTION: TransactionParam<T> = …`.
+fn transaction_adapter(ty: &Type) -> TokenStream {
+    let (first, _) = type_spans(ty);
+    quote_spanned! {first=>
+        const __TRANSACTION: _event_core::__private::TransactionParam<#ty> = _event_core::__private::TransactionParam {
+            take: <#ty as _event_core::__private::TransactionArg>::take,
+            descriptor: _event_core::__private::ResourceDescriptor::of::<#ty>(),
+        };
+    }
+}
+
+/// `const __RETURN: ReturnParam<R> = ReturnParam { convert: <R as IntoHandlerResult>::… };`.
+fn return_adapter(ty: &Type) -> TokenStream {
+    let (first, _) = type_spans(ty);
+    quote_spanned! {first=>
+        const __RETURN: _event_core::__private::ReturnParam<#ty> = _event_core::__private::ReturnParam {
+            convert: <#ty as _event_core::__private::IntoHandlerResult>::into_handler_result,
+        };
     }
 }
 
