@@ -131,10 +131,16 @@ pub use upcast::Upcaster;
 #[doc(inline)]
 pub use event_macros::{event_handler, DomainEvent, EventUnion};
 
-// Not public API either: re-exported here only so that rustc names these traits by their name
-// in an error (`ResourceArg`), not by their `__private` path. Generated code uses `__private`.
+// Not public API either: re-exported here only so that rustc names these items by their name
+// in an error's notes (`ResourceArg`, "required by a bound in `upcaster`"), not by their
+// `__private` path, which it prints for an item reachable only through a hidden module.
+// Generated code names `__private`.
 #[doc(hidden)]
 pub use bounds::{FreeFunction, OneEvent, ResourceArg, SecondEvent, TransactionArg};
+#[doc(hidden)]
+pub use union::{check_union, UnionVariant, UnionVariantClone};
+#[doc(hidden)]
+pub use __private::{describe_event, upcaster, SerdeEvent, UpcastFrom, UpcastSource};
 
 /// An event type submitted to `inventory` by `#[derive(DomainEvent)]`.
 #[derive(Debug)]
