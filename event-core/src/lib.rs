@@ -298,6 +298,14 @@ pub mod __private {
         true
     }
 
+    /// `Box::pin`, with no bound: the generated code coerces the box to `HandlerFuture`, so a
+    /// future that is not `Send` is reported as that cast, at the handler's `async`, rather
+    /// than as a bound of a function in this module. (Not `Box::pin` written out: under
+    /// `unused_qualifications` the path would be flagged at the user's `async`.)
+    pub fn box_pin<F>(future: F) -> core::pin::Pin<Box<F>> {
+        Box::pin(future)
+    }
+
     // The builtin macros generated code calls, so that a user macro of the same name in scope
     // does not replace them.
     pub use core::result::Result;

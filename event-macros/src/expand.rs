@@ -384,7 +384,7 @@ fn handler_registration(handler: &Handler, spec: &HandlerSpec) -> TokenStream {
     };
     // Coerced to `HandlerFuture` where it is returned: a future that is not `Send` is reported
     // there, naming only the cast to `Pin<Box<dyn Future + Send>>`.
-    let boxed = quote_spanned!(async_span=> _event_core::__private::Box::pin(#async_block));
+    let boxed = quote_spanned!(async_span=> _event_core::__private::box_pin(#async_block));
     let (entry, handler_call) = if is_async {
         (
             quote! {
