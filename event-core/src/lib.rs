@@ -136,11 +136,11 @@ pub use event_macros::{event_handler, DomainEvent, EventUnion};
 // `__private` path, which it prints for an item reachable only through a hidden module.
 // Generated code names `__private`.
 #[doc(hidden)]
+pub use __private::{describe_event, upcaster, SerdeEvent, UpcastFrom, UpcastSource};
+#[doc(hidden)]
 pub use bounds::{FreeFunction, OneEvent, ResourceArg, SecondEvent, TransactionArg};
 #[doc(hidden)]
 pub use union::{check_union, UnionVariant, UnionVariantClone};
-#[doc(hidden)]
-pub use __private::{describe_event, upcaster, SerdeEvent, UpcastFrom, UpcastSource};
 
 /// An event type submitted to `inventory` by `#[derive(DomainEvent)]`.
 #[derive(Debug)]
