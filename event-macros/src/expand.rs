@@ -213,15 +213,16 @@ pub(crate) fn event_handler(args: TokenStream, input: TokenStream) -> syn::Resul
 /// error ("struct is not supported in `trait`s or `impl`s"), taking the whole registration
 /// with it; these two then add the error that says what to do.
 ///
-/// Next to a free function, `__event_handler_free_<name>` is a constant in scope, and the
+/// Next to a free function, `__event_handler_<name>_is_free` is a constant in scope, and the
 /// pattern naming it compares with it (a `u8`). Next to an associated function it is an associated
 /// constant, not in scope by its bare name: the pattern binds a fresh variable instead, whose
 /// type is the literal's fallback, `i32`, and `FreeFunction` (implemented for `u8`) fails.
 fn free_function_check(item: &ItemFn, facade: &TokenStream) -> TokenStream {
     let ident = &item.sig.ident;
     let span = ident.span();
-    let probe = format_ident!("__event_handler_free_{}", ident.unraw(), span = span);
-    let check = format_ident!("__event_handler_{}", ident.unraw(), span = span);
+    // Suffixes, not prefixes: `free_a`'s names cannot be `a`'s.
+    let probe = format_ident!("__event_handler_{}_is_free", ident.unraw(), span = span);
+    let check = format_ident!("__event_handler_{}_check", ident.unraw(), span = span);
     let call = quote_spanned! {span=>
         _event_core::__private::FreeFunction::free_function(&#probe)
     };
