@@ -249,8 +249,20 @@ pub mod __private {
         label = "`upcast_from` names a type that is not `Clone`",
         note = "add `#[derive(Clone)]` to `{Self}`: the upcaster converts a clone of the older event, because the original envelope is kept as it is"
     )]
-    pub trait UpcastSource: Clone {}
-    impl<T: Clone> UpcastSource for T {}
+    // No supertraits on these two, so that they fail as themselves, with their message,
+    // rather than as `Clone` or `From` (see `bounds`); their methods stand in for those.
+    pub trait UpcastSource {
+        /// A clone of the older event, to convert.
+        fn clone_event(&self) -> Self
+        where
+            Self: Sized;
+    }
+    impl<T: Clone> UpcastSource for T {
+        #[inline(always)]
+        fn clone_event(&self) -> T {
+            self.clone()
+        }
+    }
 
     /// `From<F>`, with an error that says the upcaster is missing.
     #[diagnostic::on_unimplemented(
@@ -258,12 +270,24 @@ pub mod __private {
         label = "`upcast_from` needs `impl From<{F}> for {Self}`",
         note = "write `impl From<{F}> for {Self}`: it converts an event of the older version into this one"
     )]
-    pub trait UpcastFrom<F>: From<F> {}
-    impl<F, T: From<F>> UpcastFrom<F> for T {}
+    pub trait UpcastFrom<F> {
+        /// `From::from`.
+        fn upcast(older: F) -> Self
+        where
+            Self: Sized;
+    }
+    impl<F, T: From<F>> UpcastFrom<F> for T {
+        #[inline(always)]
+        fn upcast(older: F) -> T {
+            T::from(older)
+        }
+    }
 
     /// The upcaster `#[event(upcast_from = F)]` declares on `T`. Evaluated in a `const` spanned
     /// at `F`, so that its bounds and its checks are reported there: a different event name
-    /// (`other_name` is the message) or a version not lower than `version` (`not_older`).
+    /// (`other_name` is the message) or a version not lower than `version` (`not_older`). The
+    /// derive states the bounds first through trait item paths at the same spans, which rustc
+    /// reports without a note into this function, and then drops these as duplicates.
     pub const fn upcaster<F, T>(
         name: &str,
         version: u32,
@@ -280,7 +304,10 @@ pub mod __private {
         if F::VERSION >= version {
             panic!("{}", not_older);
         }
-        crate::Upcaster::of::<F, T>()
+        crate::Upcaster {
+            from: EventDescriptor::of::<F>,
+            convert: crate::upcast::upcast_envelope::<F, T>,
+        }
     }
 
     pub(crate) const fn str_eq(a: &str, b: &str) -> bool {

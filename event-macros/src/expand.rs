@@ -157,8 +157,19 @@ fn upcaster(ident: &Ident, from: &Type, spec: &EventSpec) -> TokenStream {
     );
     let path = quote_spanned!(first=> _event_core::__private::upcaster::<#from, #target>);
     let args = quote_spanned!(last=> (#name, #version, #other_name, #not_older));
+    // The bounds of `upcaster` first, through trait item paths at the spans rustc reports the
+    // call's bounds at (`F` for `F`'s, the second type argument for `T`'s): they are reported
+    // without a note into event-core, and the call's same bounds are dropped as duplicates.
+    let clone = quote_spanned!(first=> <#from as _event_core::__private::UpcastSource>);
+    let convert =
+        quote_spanned!(last=> <#target as _event_core::__private::UpcastFrom<#from>>::upcast);
     quote_spanned! {first=>
-        const __UPCAST: _event_core::__private::Upcaster = #path #args;
+        const __UPCAST: _event_core::__private::Upcaster = {
+            let _ = <#from as _event_core::__private::DomainEvent>::NAME;
+            let _ = #clone::clone_event;
+            let _ = #convert;
+            #path #args
+        };
     }
 }
 
