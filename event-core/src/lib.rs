@@ -136,11 +136,11 @@ pub use event_macros::{event_handler, DomainEvent, EventUnion};
 // `__private` path, which it prints for an item reachable only through a hidden module.
 // Generated code names `__private`.
 #[doc(hidden)]
-pub use __private::{describe_event, upcaster, SerdeEvent, UpcastFrom, UpcastSource};
+pub use __private::{upcaster, SerdeCheck, SerdeEvent, UpcastFrom, UpcastSource};
 #[doc(hidden)]
 pub use bounds::{FreeFunction, OneEvent, ResourceArg, SecondEvent, TransactionArg};
 #[doc(hidden)]
-pub use union::{check_union, UnionVariant, UnionVariantClone};
+pub use union::{check_union, UnionVariantClone};
 
 /// An event type submitted to `inventory` by `#[derive(DomainEvent)]`.
 #[derive(Debug)]
@@ -236,10 +236,25 @@ pub mod __private {
     pub trait SerdeEvent: serde::Serialize + serde::de::DeserializeOwned {}
     impl<T: serde::Serialize + serde::de::DeserializeOwned> SerdeEvent for T {}
 
+    /// `SerdeEvent` without supertraits, for the derive's check at the type's name: it fails
+    /// as itself, with this message (see `bounds`).
+    #[diagnostic::on_unimplemented(
+        message = "domain event `{Self}` must implement serde's `Serialize` and `Deserialize`",
+        label = "missing `Serialize` or `Deserialize`",
+        note = "add `#[derive(serde::Serialize, serde::Deserialize)]` to `{Self}`"
+    )]
+    pub trait SerdeCheck {
+        /// Nothing: the path states the bound.
+        const SERDE: () = ();
+    }
+    impl<T: serde::Serialize + serde::de::DeserializeOwned> SerdeCheck for T {}
+
     /// The event's descriptor function, for its registration. `#[derive(DomainEvent)]` calls it
-    /// at the type's name: `SerdeEvent` comes first so that a missing serde impl is reported
-    /// there with its message, and the `DomainEvent` bound, implied by it, adds no error.
-    pub const fn describe_event<T: SerdeEvent + DomainEvent>() -> fn() -> EventDescriptor {
+    /// at the type's name, after stating `SerdeCheck` through a trait item path at the same
+    /// span: a missing serde impl is reported there with its message and no note into this
+    /// function, this call's same bound is dropped as a duplicate, and the `DomainEvent`
+    /// bound, which fails for the same reason, adds no error.
+    pub const fn describe_event<T: SerdeCheck + DomainEvent>() -> fn() -> EventDescriptor {
         EventDescriptor::of::<T>
     }
 

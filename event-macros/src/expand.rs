@@ -23,6 +23,15 @@ pub(crate) fn use_facade(path: Option<&Path>) -> TokenStream {
     }
 }
 
+/// `_event_core::__private::<name>` at the macro's call site, for a trait in a qualified path
+/// (`<T as Trait>::item`) among tokens spanned at the user's type: rustc reports the bound at
+/// `T` either way, and a path spanned in the user's code would be flagged by
+/// `unused_qualifications` when the user has the trait in scope (`use event_core::DomainEvent`).
+pub(crate) fn private_path(name: &str) -> TokenStream {
+    let ident = Ident::new(name, Span::call_site());
+    quote!(_event_core::__private::#ident)
+}
+
 pub(crate) fn derive_domain_event(input: &DeriveInput) -> syn::Result<TokenStream> {
     let cx = Ctxt::new();
     let event = Event::from_ast(&cx, input);
@@ -60,10 +69,13 @@ fn event_impl(event: &Event, spec: &EventSpec, register: bool) -> TokenStream {
     // Spanned at the type's name: a missing serde impl is reported there, with the
     // `SerdeEvent` message, once per missing trait. Not for an enum or union, already
     // rejected: the user would not add serde impls to it.
+    let serde_check = private_path("SerdeCheck");
     let describe = event.named.then(|| {
         quote_spanned! {ident.span()=>
-            const __DESCRIBE: fn() -> _event_core::__private::EventDescriptor =
-                _event_core::__private::describe_event::<#ident>();
+            const __DESCRIBE: fn() -> _event_core::__private::EventDescriptor = {
+                let () = <#ident as #serde_check>::SERDE;
+                _event_core::__private::describe_event::<#ident>()
+            };
         }
     });
     // Only with a clean attribute: the stub impl must not add errors of its own.
@@ -160,12 +172,16 @@ fn upcaster(ident: &Ident, from: &Type, spec: &EventSpec) -> TokenStream {
     // The bounds of `upcaster` first, through trait item paths at the spans rustc reports the
     // call's bounds at (`F` for `F`'s, the second type argument for `T`'s): they are reported
     // without a note into event-core, and the call's same bounds are dropped as duplicates.
-    let clone = quote_spanned!(first=> <#from as _event_core::__private::UpcastSource>);
-    let convert =
-        quote_spanned!(last=> <#target as _event_core::__private::UpcastFrom<#from>>::upcast);
+    let (domain_event, upcast_source) = (private_path("DomainEvent"), private_path("UpcastSource"));
+    let upcast_from = {
+        let path = private_path("UpcastFrom");
+        quote!(#path<#from>)
+    };
+    let clone = quote_spanned!(first=> <#from as #upcast_source>);
+    let convert = quote_spanned!(last=> <#target as #upcast_from>::upcast);
     quote_spanned! {first=>
         const __UPCAST: _event_core::__private::Upcaster = {
-            let _ = <#from as _event_core::__private::DomainEvent>::NAME;
+            let _ = <#from as #domain_event>::NAME;
             let _ = #clone::clone_event;
             let _ = #convert;
             #path #args
@@ -234,8 +250,9 @@ fn free_function_check(item: &ItemFn, facade: &TokenStream) -> TokenStream {
     // Suffixes, not prefixes: `free_a`'s names cannot be `a`'s.
     let probe = format_ident!("__event_handler_{}_is_free", ident.unraw(), span = span);
     let check = format_ident!("__event_handler_{}_check", ident.unraw(), span = span);
+    let free_function = private_path("FreeFunction");
     let call = quote_spanned! {span=>
-        _event_core::__private::FreeFunction::free_function(&#probe)
+        <_ as #free_function>::free_function(&#probe)
     };
     quote_spanned! {span=>
         #[doc(hidden)]
@@ -379,7 +396,8 @@ fn handler_registration(handler: &Handler, spec: &HandlerSpec) -> TokenStream {
         }
         // `impl Trait` or elided lifetimes cannot be named in a `const`: convert in place.
         Some(ty) => {
-            quote_spanned!(ty.span()=> _event_core::__private::IntoHandlerResult::into_handler_result(#call))
+            let into = private_path("IntoHandlerResult");
+            quote_spanned!(ty.span()=> <_ as #into>::into_handler_result(#call))
         }
     };
 
@@ -490,7 +508,8 @@ fn type_spans(ty: &Type) -> (Span, Span) {
 /// The three paths state one bound at one span, which rustc reports once.
 fn event_adapter(ty: &Type) -> TokenStream {
     let (first, _) = type_spans(ty);
-    let q = quote_spanned!(first=> <#ty as _event_core::__private::EventArg>);
+    let event_arg = private_path("EventArg");
+    let q = quote_spanned!(first=> <#ty as #event_arg>);
     quote_spanned! {first=>
         const __EVENT: _event_core::__private::EventParam<#ty> = _event_core::__private::EventParam {
             get: #q::from_context,
@@ -506,9 +525,12 @@ fn resource_adapter(name: &Ident, ty: &Type) -> TokenStream {
     // Spanned from the first to the last token of the type, which the error underlines.
     let check = Ident::new("check", last);
     let kind = quote_spanned!(last=> event_kind());
+    let resource_arg = private_path("ResourceArg");
+    // `OneEvent::<T>::check(&kind)` spanned in the user's type, unlike the trait paths: rustc
+    // reports this bound at the argument and the call, which then both underline the type.
     quote_spanned! {first=>
         const #name: _event_core::__private::ResourceParam<#ty> = _event_core::__private::ResourceParam {
-            get: <#ty as _event_core::__private::ResourceArg>::get,
+            get: <#ty as #resource_arg>::get,
             descriptor: _event_core::__private::ResourceDescriptor::of::<#ty>(),
         };
         // Type-checked, never run: the probe's method is `SecondEvent`'s when `T` is an event.
@@ -525,9 +547,10 @@ fn resource_adapter(name: &Ident, ty: &Type) -> TokenStream {
 /// `const __TRANSACTION: TransactionParam<T> = …`.
 fn transaction_adapter(ty: &Type) -> TokenStream {
     let (first, _) = type_spans(ty);
+    let transaction_arg = private_path("TransactionArg");
     quote_spanned! {first=>
         const __TRANSACTION: _event_core::__private::TransactionParam<#ty> = _event_core::__private::TransactionParam {
-            take: <#ty as _event_core::__private::TransactionArg>::take,
+            take: <#ty as #transaction_arg>::take,
             descriptor: _event_core::__private::ResourceDescriptor::of::<#ty>(),
         };
     }
@@ -536,9 +559,10 @@ fn transaction_adapter(ty: &Type) -> TokenStream {
 /// `const __RETURN: ReturnParam<R> = ReturnParam { convert: <R as IntoHandlerResult>::… };`.
 fn return_adapter(ty: &Type) -> TokenStream {
     let (first, _) = type_spans(ty);
+    let into = private_path("IntoHandlerResult");
     quote_spanned! {first=>
         const __RETURN: _event_core::__private::ReturnParam<#ty> = _event_core::__private::ReturnParam {
-            convert: <#ty as _event_core::__private::IntoHandlerResult>::into_handler_result,
+            convert: <#ty as #into>::into_handler_result,
         };
     }
 }
