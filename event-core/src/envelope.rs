@@ -221,15 +221,12 @@ impl<E: DomainEvent> Envelope<E> {
 }
 
 impl<E> Envelope<E> {
-    /// The same metadata around `f` of a clone of the event: how an event union's handler
-    /// gets `&Envelope<Union>` for an envelope of one of its variants.
-    pub(crate) fn map_cloned<U>(&self, f: impl FnOnce(E) -> U) -> Envelope<U>
-    where
-        E: Clone,
-    {
+    /// The same metadata around `f` of the event, which `f` clones: how an event union's
+    /// handler gets `&Envelope<Union>` for an envelope of one of its variants.
+    pub(crate) fn map_cloned<U>(&self, f: impl FnOnce(&E) -> U) -> Envelope<U> {
         Envelope {
             meta: self.meta.clone(),
-            event: f(self.event.clone()),
+            event: f(&self.event),
         }
     }
 

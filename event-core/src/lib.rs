@@ -108,6 +108,7 @@
 #![warn(missing_docs, unreachable_pub)]
 #![doc(test(attr(deny(warnings))))]
 
+mod bounds;
 mod envelope;
 mod error;
 mod event;
@@ -129,6 +130,17 @@ pub use upcast::Upcaster;
 
 #[doc(inline)]
 pub use event_macros::{event_handler, DomainEvent, EventUnion};
+
+// Not public API either: re-exported here only so that rustc names these items by their name
+// in an error's notes (`ResourceArg`, "required by a bound in `upcaster`"), not by their
+// `__private` path, which it prints for an item reachable only through a hidden module.
+// Generated code names `__private`.
+#[doc(hidden)]
+pub use __private::{upcaster, SerdeCheck, SerdeEvent, UpcastFrom, UpcastSource};
+#[doc(hidden)]
+pub use bounds::{FreeFunction, OneEvent, ResourceArg, SecondEvent, TransactionArg};
+#[doc(hidden)]
+pub use union::{check_union, UnionVariantClone};
 
 /// An event type submitted to `inventory` by `#[derive(DomainEvent)]`.
 #[derive(Debug)]
@@ -159,8 +171,6 @@ pub fn registered_handlers() -> impl Iterator<Item = &'static HandlerDescriptor>
 
 // Not public API: paths used by the code the macros generate.
 #[doc(hidden)]
-// The adapters' `new` are called in `const` items, where `Default::default` cannot be.
-#[allow(clippy::new_without_default)]
 pub mod __private {
     pub use inventory;
     pub use schemars;
@@ -208,6 +218,11 @@ pub mod __private {
 
     pub use crate::union::{check_union, UnionVariant, UnionVariantClone, Variant};
 
+    pub use crate::bounds::{
+        EventProbe, FreeFunction, NotAnEvent, OneEvent, ProbeEvent, ProbeNotEvent, ResourceArg,
+        SecondEvent, TransactionArg,
+    };
+
     pub use core::option::Option::{self, None, Some};
     pub use core::result::Result::{Err, Ok};
     pub use std::boxed::Box;
@@ -221,10 +236,25 @@ pub mod __private {
     pub trait SerdeEvent: serde::Serialize + serde::de::DeserializeOwned {}
     impl<T: serde::Serialize + serde::de::DeserializeOwned> SerdeEvent for T {}
 
+    /// `SerdeEvent` without supertraits, for the derive's check at the type's name: it fails
+    /// as itself, with this message (see `bounds`).
+    #[diagnostic::on_unimplemented(
+        message = "domain event `{Self}` must implement serde's `Serialize` and `Deserialize`",
+        label = "missing `Serialize` or `Deserialize`",
+        note = "add `#[derive(serde::Serialize, serde::Deserialize)]` to `{Self}`"
+    )]
+    pub trait SerdeCheck {
+        /// Nothing: the path states the bound.
+        const SERDE: () = ();
+    }
+    impl<T: serde::Serialize + serde::de::DeserializeOwned> SerdeCheck for T {}
+
     /// The event's descriptor function, for its registration. `#[derive(DomainEvent)]` calls it
-    /// at the type's name: `SerdeEvent` comes first so that a missing serde impl is reported
-    /// there with its message, and the `DomainEvent` bound, implied by it, adds no error.
-    pub const fn describe_event<T: SerdeEvent + DomainEvent>() -> fn() -> EventDescriptor {
+    /// at the type's name, after stating `SerdeCheck` through a trait item path at the same
+    /// span: a missing serde impl is reported there with its message and no note into this
+    /// function, this call's same bound is dropped as a duplicate, and the `DomainEvent`
+    /// bound, which fails for the same reason, adds no error.
+    pub const fn describe_event<T: SerdeCheck + DomainEvent>() -> fn() -> EventDescriptor {
         EventDescriptor::of::<T>
     }
 
@@ -234,8 +264,20 @@ pub mod __private {
         label = "`upcast_from` names a type that is not `Clone`",
         note = "add `#[derive(Clone)]` to `{Self}`: the upcaster converts a clone of the older event, because the original envelope is kept as it is"
     )]
-    pub trait UpcastSource: Clone {}
-    impl<T: Clone> UpcastSource for T {}
+    // No supertraits on these two, so that they fail as themselves, with their message,
+    // rather than as `Clone` or `From` (see `bounds`); their methods stand in for those.
+    pub trait UpcastSource {
+        /// A clone of the older event, to convert.
+        fn clone_event(&self) -> Self
+        where
+            Self: Sized;
+    }
+    impl<T: Clone> UpcastSource for T {
+        #[inline(always)]
+        fn clone_event(&self) -> T {
+            self.clone()
+        }
+    }
 
     /// `From<F>`, with an error that says the upcaster is missing.
     #[diagnostic::on_unimplemented(
@@ -243,12 +285,24 @@ pub mod __private {
         label = "`upcast_from` needs `impl From<{F}> for {Self}`",
         note = "write `impl From<{F}> for {Self}`: it converts an event of the older version into this one"
     )]
-    pub trait UpcastFrom<F>: From<F> {}
-    impl<F, T: From<F>> UpcastFrom<F> for T {}
+    pub trait UpcastFrom<F> {
+        /// `From::from`.
+        fn upcast(older: F) -> Self
+        where
+            Self: Sized;
+    }
+    impl<F, T: From<F>> UpcastFrom<F> for T {
+        #[inline(always)]
+        fn upcast(older: F) -> T {
+            T::from(older)
+        }
+    }
 
     /// The upcaster `#[event(upcast_from = F)]` declares on `T`. Evaluated in a `const` spanned
     /// at `F`, so that its bounds and its checks are reported there: a different event name
-    /// (`other_name` is the message) or a version not lower than `version` (`not_older`).
+    /// (`other_name` is the message) or a version not lower than `version` (`not_older`). The
+    /// derive states the bounds first through trait item paths at the same spans, which rustc
+    /// reports without a note into this function, and then drops these as duplicates.
     pub const fn upcaster<F, T>(
         name: &str,
         version: u32,
@@ -265,7 +319,10 @@ pub mod __private {
         if F::VERSION >= version {
             panic!("{}", not_older);
         }
-        crate::Upcaster::of::<F, T>()
+        crate::Upcaster {
+            from: EventDescriptor::of::<F>,
+            convert: crate::upcast::upcast_envelope::<F, T>,
+        }
     }
 
     pub(crate) const fn str_eq(a: &str, b: &str) -> bool {
@@ -283,12 +340,11 @@ pub mod __private {
         true
     }
 
-    /// Boxes an `async fn` handler's future. A function rather than `Box::pin` in the
-    /// generated code so that a future that is not `Send` is reported at the handler's `async`.
-    pub fn handler_future<'a, F>(future: F) -> HandlerFuture<'a>
-    where
-        F: core::future::Future<Output = Result<(), HandlerError>> + Send + 'a,
-    {
+    /// `Box::pin`, with no bound: the generated code coerces the box to `HandlerFuture`, so a
+    /// future that is not `Send` is reported as that cast, at the handler's `async`, rather
+    /// than as a bound of a function in this module. (Not `Box::pin` written out: under
+    /// `unused_qualifications` the path would be flagged at the user's `async`.)
+    pub fn box_pin<F>(future: F) -> core::pin::Pin<Box<F>> {
         Box::pin(future)
     }
 
@@ -297,12 +353,15 @@ pub mod __private {
     pub use core::result::Result;
     pub use core::{concat, file, line, module_path};
 
-    // Parameter adapters. `#[event_handler]` builds one `const` per parameter; building it is
-    // the only place the generated code states the trait bound, so a wrong parameter type is
-    // reported once, at the parameter, and the entry point and the descriptor (which read the
-    // adapter's fields) repeat nothing that could fail again.
+    // Parameter adapters. `#[event_handler]` builds one `const` per parameter, a struct literal
+    // whose fields name the parameter type's trait items (`<T as ResourceArg>::get`): the only
+    // place the generated code states the trait bound, so a wrong parameter type is reported
+    // once, at the parameter, and the entry point and the descriptor (which read the adapter's
+    // fields) repeat nothing that could fail again. A trait item path, unlike a call of a
+    // function with a `where` clause, adds no "required by a bound in" note (see `bounds`).
 
-    /// The event parameter (`&E` or `&Envelope<E>`) of a handler.
+    /// The event parameter (`&E` or `&Envelope<E>`) of a handler:
+    /// `EventParam { get: <A as EventArg>::from_context, events: <A as EventArg>::EVENTS, … }`.
     pub struct EventParam<A: 'static> {
         /// The parameter from the context's envelope.
         pub get: for<'b> fn(&HandlerContext<'b>) -> Result<EventRef<'b, A>, HandlerError>,
@@ -312,21 +371,7 @@ pub mod __private {
         pub takes_envelope: bool,
     }
 
-    impl<A: 'static> EventParam<A> {
-        /// The adapter; requires `A: EventArg`.
-        pub const fn new() -> Self
-        where
-            A: EventArg,
-        {
-            EventParam {
-                get: A::from_context,
-                events: A::EVENTS,
-                takes_envelope: A::IS_ENVELOPE,
-            }
-        }
-    }
-
-    /// A `&T` resource parameter of a handler.
+    /// A `&T` resource parameter of a handler: `get` is `<T as ResourceArg>::get`.
     pub struct ResourceParam<T: 'static> {
         /// Borrows the resource at an index (parameter order) from the context.
         pub get: for<'b> fn(&HandlerContext<'b>, usize) -> Result<&'b T, HandlerError>,
@@ -334,36 +379,7 @@ pub mod __private {
         pub descriptor: ResourceDescriptor,
     }
 
-    impl<T: 'static> ResourceParam<T> {
-        /// The adapter; requires `T: Resource`.
-        pub const fn new() -> Self
-        where
-            T: Resource,
-        {
-            ResourceParam {
-                get: resource::<T>,
-                descriptor: ResourceDescriptor::of::<T>(),
-            }
-        }
-    }
-
-    fn resource<'b, T: Resource>(
-        ctx: &HandlerContext<'b>,
-        index: usize,
-    ) -> Result<&'b T, HandlerError> {
-        ctx.resource::<T>(index)
-    }
-
-    /// The type of a handler's `&mut T` parameter: the open transaction or connection.
-    #[diagnostic::on_unimplemented(
-        message = "`{Self}` cannot be the transaction parameter of an event handler",
-        label = "the runtime may hand the open transaction to another thread: it must be `Send + 'static`",
-        note = "take the transaction or connection type the runtime provides, such as a database transaction"
-    )]
-    pub trait TransactionArg: Send + 'static {}
-    impl<T: Send + 'static> TransactionArg for T {}
-
-    /// The `&mut T` transaction parameter of a handler.
+    /// The `&mut T` transaction parameter of a handler: `take` is `<T as TransactionArg>::take`.
     pub struct TransactionParam<T: 'static> {
         /// Takes the transaction from the context.
         pub take: for<'b> fn(&mut HandlerContext<'b>) -> Result<&'b mut T, HandlerError>,
@@ -371,40 +387,9 @@ pub mod __private {
         pub descriptor: ResourceDescriptor,
     }
 
-    impl<T: 'static> TransactionParam<T> {
-        /// The adapter; requires `T: TransactionArg`.
-        pub const fn new() -> Self
-        where
-            T: TransactionArg,
-        {
-            TransactionParam {
-                take: transaction::<T>,
-                descriptor: ResourceDescriptor::of::<T>(),
-            }
-        }
-    }
-
-    fn transaction<'b, T: TransactionArg>(
-        ctx: &mut HandlerContext<'b>,
-    ) -> Result<&'b mut T, HandlerError> {
-        ctx.take_transaction::<T>()
-    }
-
-    /// A handler's return type.
+    /// A handler's return type: `convert` is `<R as IntoHandlerResult>::into_handler_result`.
     pub struct ReturnParam<R> {
         /// Converts the returned value.
         pub convert: fn(R) -> Result<(), HandlerError>,
-    }
-
-    impl<R> ReturnParam<R> {
-        /// The adapter; requires `R: IntoHandlerResult`.
-        pub const fn new() -> Self
-        where
-            R: IntoHandlerResult,
-        {
-            ReturnParam {
-                convert: R::into_handler_result,
-            }
-        }
     }
 }

@@ -19,8 +19,20 @@ pub trait Variant<T> {
     label = "a variant of an event union must be `Clone`",
     note = "add `#[derive(Clone)]` to `{Self}`: a union handler is given the union built around a clone of the event, because the envelope keeps the original for the other handlers"
 )]
-pub trait UnionVariantClone: Clone {}
-impl<T: Clone> UnionVariantClone for T {}
+pub trait UnionVariantClone {
+    /// A clone of the event, for the union.
+    fn clone_event(&self) -> Self
+    where
+        Self: Sized;
+}
+// No `Clone` supertrait: `<T as UnionVariantClone>` then fails as itself, with this message,
+// rather than as `Clone` (see `bounds`).
+impl<T: Clone> UnionVariantClone for T {
+    #[inline(always)]
+    fn clone_event(&self) -> T {
+        self.clone()
+    }
+}
 
 /// One variant of an event union `U`.
 pub struct UnionVariant<U: 'static> {
@@ -38,7 +50,10 @@ pub struct UnionVariant<U: 'static> {
 
 impl<U: 'static> UnionVariant<U> {
     /// The variant holding `T`; requires `T: DomainEvent + Clone`. Built in a `const` spanned
-    /// at the variant's type, so that an unmet bound is reported there, once.
+    /// at the variant's type, so that an unmet bound is reported there, once: the derive
+    /// states `T: DomainEvent` and `T: UnionVariantClone` first through trait item paths at the
+    /// same span, which rustc reports without a note into this function, and then drops the
+    /// same bounds of this call as duplicates.
     pub const fn new<T>() -> Self
     where
         T: DomainEvent + UnionVariantClone,
@@ -54,14 +69,18 @@ impl<U: 'static> UnionVariant<U> {
     }
 }
 
-fn variant_event<T: DomainEvent + Clone, U: Variant<T>>(ctx: &HandlerContext<'_>) -> Option<U> {
-    ctx.try_envelope::<T>().map(|e| U::wrap(e.event().clone()))
+fn variant_event<T: DomainEvent + UnionVariantClone, U: Variant<T>>(
+    ctx: &HandlerContext<'_>,
+) -> Option<U> {
+    ctx.try_envelope::<T>()
+        .map(|e| U::wrap(e.event().clone_event()))
 }
 
-fn variant_envelope<T: DomainEvent + Clone, U: Variant<T>>(
+fn variant_envelope<T: DomainEvent + UnionVariantClone, U: Variant<T>>(
     ctx: &HandlerContext<'_>,
 ) -> Option<Envelope<U>> {
-    ctx.try_envelope::<T>().map(|e| e.map_cloned(U::wrap))
+    ctx.try_envelope::<T>()
+        .map(|e| e.map_cloned(|event| U::wrap(event.clone_event())))
 }
 
 /// The checks on a union that need the variants' events, evaluated at compile time: every

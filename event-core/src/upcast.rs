@@ -3,6 +3,7 @@
 
 use std::fmt;
 
+use crate::__private::{UpcastFrom, UpcastSource};
 use crate::envelope::{AnyEnvelope, Envelope};
 use crate::event::{DomainEvent, EventDescriptor};
 
@@ -115,13 +116,15 @@ impl fmt::Debug for Upcaster {
     }
 }
 
-fn upcast_envelope<F, T>(envelope: &dyn AnyEnvelope) -> Option<Box<dyn AnyEnvelope>>
+/// Through `UpcastSource` and `UpcastFrom`, which every `Clone` and `From` type implements:
+/// the derive's `__private::upcaster` states those bounds rather than `Clone` and `From`.
+pub(crate) fn upcast_envelope<F, T>(envelope: &dyn AnyEnvelope) -> Option<Box<dyn AnyEnvelope>>
 where
-    F: DomainEvent + Clone,
-    T: DomainEvent + From<F>,
+    F: DomainEvent + UpcastSource,
+    T: DomainEvent + UpcastFrom<F>,
 {
     let old = envelope.as_any().downcast_ref::<Envelope<F>>()?;
-    let event = T::from(old.event().clone());
+    let event = T::upcast(old.event().clone_event());
     Some(Box::new(Envelope::from_parts(
         old.metadata().clone(),
         event,

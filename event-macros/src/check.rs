@@ -216,6 +216,9 @@ pub(crate) struct HandlerSpec<'a> {
     pub(crate) unordered: bool,
     /// The return type, `None` for `()` written as nothing.
     pub(crate) output: Option<&'a Type>,
+    /// The function names `Self` (outside items nested in its body), so it is in an `impl`
+    /// block or a trait; reported.
+    pub(crate) uses_self: bool,
 }
 
 pub(crate) fn handler<'a>(cx: &Ctxt, handler: &'a Handler<'a>) -> HandlerSpec<'a> {
@@ -241,6 +244,25 @@ pub(crate) fn handler<'a>(cx: &Ctxt, handler: &'a Handler<'a>) -> HandlerSpec<'a
         cx.error_spanned_by(
             where_clause,
             "event handlers cannot have a `where` clause: the runtime calls one concrete function",
+        );
+    }
+
+    // A receiver is reported by `ast`. Without one, `Self` is the only sign in the function's
+    // own tokens that it sits in an `impl` block; `expand` covers the remaining case.
+    let uses_self = sig.receiver().is_none()
+        && (names_self(sig.inputs.to_token_stream())
+            || names_self(sig.output.to_token_stream())
+            || names_self(handler.item.block.to_token_stream()));
+    if uses_self {
+        let fn_token = &sig.fn_token;
+        cx.error_spanned_by(
+            quote!(#fn_token #fn_name),
+            format_args!(
+                "`#[event_handler]` goes on a free function, and `{fn_name}` names `Self`, so it \
+                 is in an `impl` block: the runtime calls a handler with no value or type to \
+                 call it on; move `{fn_name}` out of the `impl` block (naming the type instead \
+                 of `Self`), or keep it there and call it from a free `#[event_handler]` function"
+            ),
         );
     }
 
@@ -362,7 +384,40 @@ pub(crate) fn handler<'a>(cx: &Ctxt, handler: &'a Handler<'a>) -> HandlerSpec<'a
             ReturnType::Default => None,
             ReturnType::Type(_, ty) => Some(ty),
         },
+        uses_self,
     }
+}
+
+/// Whether `tokens` name `Self`, not counting the bodies of items nested in them (`impl`,
+/// `trait`, `struct`, `enum`, `union`, `fn` and `mod` blocks), where `Self` is another type or
+/// not in scope.
+fn names_self(tokens: TokenStream) -> bool {
+    let mut in_item = false;
+    for tt in tokens {
+        match &tt {
+            TokenTree::Ident(ident) if ident == "Self" && !in_item => return true,
+            TokenTree::Ident(ident)
+                if ["impl", "trait", "struct", "enum", "union", "fn", "mod"]
+                    .iter()
+                    .any(|kw| ident == kw) =>
+            {
+                in_item = true;
+            }
+            TokenTree::Punct(p) if p.as_char() == ';' => in_item = false,
+            TokenTree::Group(group) => {
+                if in_item {
+                    // The item's braces end it; its parameters and bounds are skipped too.
+                    if group.delimiter() == proc_macro2::Delimiter::Brace {
+                        in_item = false;
+                    }
+                } else if names_self(group.stream()) {
+                    return true;
+                }
+            }
+            _ => {}
+        }
+    }
+    false
 }
 
 /// Types from `macro_rules!` arrive wrapped in invisible groups.

@@ -23,6 +23,15 @@ pub(crate) fn use_facade(path: Option<&Path>) -> TokenStream {
     }
 }
 
+/// `_event_core::__private::<name>` at the macro's call site, for a trait in a qualified path
+/// (`<T as Trait>::item`) among tokens spanned at the user's type: rustc reports the bound at
+/// `T` either way, and a path spanned in the user's code would be flagged by
+/// `unused_qualifications` when the user has the trait in scope (`use event_core::DomainEvent`).
+pub(crate) fn private_path(name: &str) -> TokenStream {
+    let ident = Ident::new(name, Span::call_site());
+    quote!(_event_core::__private::#ident)
+}
+
 pub(crate) fn derive_domain_event(input: &DeriveInput) -> syn::Result<TokenStream> {
     let cx = Ctxt::new();
     let event = Event::from_ast(&cx, input);
@@ -60,10 +69,13 @@ fn event_impl(event: &Event, spec: &EventSpec, register: bool) -> TokenStream {
     // Spanned at the type's name: a missing serde impl is reported there, with the
     // `SerdeEvent` message, once per missing trait. Not for an enum or union, already
     // rejected: the user would not add serde impls to it.
+    let serde_check = private_path("SerdeCheck");
     let describe = event.named.then(|| {
         quote_spanned! {ident.span()=>
-            const __DESCRIBE: fn() -> _event_core::__private::EventDescriptor =
-                _event_core::__private::describe_event::<#ident>();
+            const __DESCRIBE: fn() -> _event_core::__private::EventDescriptor = {
+                let () = <#ident as #serde_check>::SERDE;
+                _event_core::__private::describe_event::<#ident>()
+            };
         }
     });
     // Only with a clean attribute: the stub impl must not add errors of its own.
@@ -157,8 +169,23 @@ fn upcaster(ident: &Ident, from: &Type, spec: &EventSpec) -> TokenStream {
     );
     let path = quote_spanned!(first=> _event_core::__private::upcaster::<#from, #target>);
     let args = quote_spanned!(last=> (#name, #version, #other_name, #not_older));
+    // The bounds of `upcaster` first, through trait item paths at the spans rustc reports the
+    // call's bounds at (`F` for `F`'s, the second type argument for `T`'s): they are reported
+    // without a note into event-core, and the call's same bounds are dropped as duplicates.
+    let (domain_event, upcast_source) = (private_path("DomainEvent"), private_path("UpcastSource"));
+    let upcast_from = {
+        let path = private_path("UpcastFrom");
+        quote!(#path<#from>)
+    };
+    let clone = quote_spanned!(first=> <#from as #upcast_source>);
+    let convert = quote_spanned!(last=> <#target as #upcast_from>::upcast);
     quote_spanned! {first=>
-        const __UPCAST: _event_core::__private::Upcaster = #path #args;
+        const __UPCAST: _event_core::__private::Upcaster = {
+            let _ = <#from as #domain_event>::NAME;
+            let _ = #clone::clone_event;
+            let _ = #convert;
+            #path #args
+        };
     }
 }
 
@@ -179,20 +206,24 @@ pub(crate) fn event_handler(args: TokenStream, input: TokenStream) -> syn::Resul
     let attrs = attr::handler_attrs(&cx, args);
     let handler = Handler::from_ast(&cx, &item, attrs);
     let spec = check::handler(&cx, &handler);
-    // A method is inside an `impl` block, where a struct cannot go: keep the one error.
-    let marker = item.sig.receiver().is_none().then(|| marker_struct(&item));
+    // A function with a `self` receiver or naming `Self` is in an `impl` block (or a trait),
+    // where a struct cannot go: `check` reported it, and nothing else is emitted.
+    let in_impl = item.sig.receiver().is_some() || spec.uses_self;
     Ok(match cx.check() {
         Ok(()) => {
             let registration = handler_registration(&handler, &spec);
+            let facade = use_facade(handler.attrs.crate_path.as_ref());
+            let free = free_function_check(&item, &facade);
             quote! {
                 #input
-                #marker
                 #registration
+                #free
             }
         }
         Err(errors) => {
             // The function stays as written (it compiles on its own, and unit tests call it);
             // the marker type keeps `handler::<name>()` from adding unrelated errors.
+            let marker = (!in_impl).then(|| marker_struct(&item, TokenStream::new()));
             let errors = errors.into_compile_error();
             quote! {
                 #input
@@ -201,6 +232,41 @@ pub(crate) fn event_handler(args: TokenStream, input: TokenStream) -> syn::Resul
             }
         }
     })
+}
+
+/// Proves that the handler is a free function, for a function in an `impl` block that neither
+/// takes `self` nor names `Self` (nothing in its tokens tells it apart). Both items are valid
+/// in an `impl` block too, unlike the marker struct, which rustc drops there with its own
+/// error ("struct is not supported in `trait`s or `impl`s"), taking the whole registration
+/// with it; these two then add the error that says what to do.
+///
+/// Next to a free function, `__event_handler_<name>_is_free` is a constant in scope, and the
+/// pattern naming it compares with it (a `u8`). Next to an associated function it is an associated
+/// constant, not in scope by its bare name: the pattern binds a fresh variable instead, whose
+/// type is the literal's fallback, `i32`, and `FreeFunction` (implemented for `u8`) fails.
+fn free_function_check(item: &ItemFn, facade: &TokenStream) -> TokenStream {
+    let ident = &item.sig.ident;
+    let span = ident.span();
+    // Suffixes, not prefixes: `free_a`'s names cannot be `a`'s.
+    let probe = format_ident!("__event_handler_{}_is_free", ident.unraw(), span = span);
+    let check = format_ident!("__event_handler_{}_check", ident.unraw(), span = span);
+    let free_function = private_path("FreeFunction");
+    let call = quote_spanned! {span=>
+        <_ as #free_function>::free_function(&#probe)
+    };
+    quote_spanned! {span=>
+        #[doc(hidden)]
+        #[allow(non_upper_case_globals, dead_code)]
+        const #probe: u8 = 0;
+        #[doc(hidden)]
+        #[allow(non_upper_case_globals, dead_code, irrefutable_let_patterns)]
+        const #check: fn() = || {
+            #facade
+            if let #probe = 0 {
+                #call;
+            }
+        };
+    }
 }
 
 /// The first tokens of an item that is not a function, to point at.
@@ -241,13 +307,30 @@ fn item_head(item: &Item) -> TokenStream {
 
 /// A braced struct named like the function: it lives in the type namespace only, so it does
 /// not clash with the function, and `Handler` is implemented on it.
-fn marker_struct(item: &ItemFn) -> TokenStream {
+///
+/// The registration (`registration`: the entry point, the descriptor, the `Handler` impl and
+/// the `inventory` submission) sits inside the struct, in the length of a zero-sized array
+/// field: in an `impl` block rustc rejects the struct with one error and drops it whole, so
+/// nothing in the registration adds errors of its own there.
+fn marker_struct(item: &ItemFn, registration: TokenStream) -> TokenStream {
     let vis = &item.vis;
     let ident = &item.sig.ident;
+    if registration.is_empty() {
+        return quote! {
+            #[doc(hidden)]
+            #[allow(non_camel_case_types, dead_code)]
+            #vis struct #ident {}
+        };
+    }
     quote! {
         #[doc(hidden)]
-        #[allow(non_camel_case_types, dead_code)]
-        #vis struct #ident {}
+        #[allow(non_camel_case_types, dead_code, non_local_definitions)]
+        #vis struct #ident {
+            __registration: [(); {
+                #registration
+                0
+            }],
+        }
     }
 }
 
@@ -270,22 +353,21 @@ fn handler_registration(handler: &Handler, spec: &HandlerSpec) -> TokenStream {
     for role in &spec.params {
         match role {
             Role::Event(ty) => {
-                adapters.push(adapter("__EVENT", "EventParam", ty));
+                adapters.push(event_adapter(ty));
                 extract.push(quote!(let __event = (__EVENT.get)(__ctx)?;));
                 args.push(quote!(&*__event));
                 has_event = true;
             }
             Role::Resource(index, ty) => {
-                let name = format!("__RESOURCE_{index}");
+                let name = format_ident!("__RESOURCE_{}", index);
                 let local = format_ident!("__resource_{}", index);
-                adapters.push(adapter(&name, "ResourceParam", ty));
-                let name = format_ident!("{}", name);
+                adapters.push(resource_adapter(&name, ty));
                 extract.push(quote!(let #local = (#name.get)(__ctx, #index)?;));
                 args.push(quote!(#local));
                 resources.push(quote!(#name.descriptor));
             }
             Role::Transaction(ty) => {
-                adapters.push(adapter("__TRANSACTION", "TransactionParam", ty));
+                adapters.push(transaction_adapter(ty));
                 // Taken first: it needs the context mutably, the others share it.
                 extract_tx = Some(quote!(let __transaction = (__TRANSACTION.take)(__ctx)?;));
                 args.push(quote!(__transaction));
@@ -309,12 +391,13 @@ fn handler_registration(handler: &Handler, spec: &HandlerSpec) -> TokenStream {
             _event_core::__private::Ok(())
         }),
         Some(ty) if nameable(ty) => {
-            adapters.push(adapter("__RETURN", "ReturnParam", ty));
+            adapters.push(return_adapter(ty));
             quote!((__RETURN.convert)(#call))
         }
         // `impl Trait` or elided lifetimes cannot be named in a `const`: convert in place.
         Some(ty) => {
-            quote_spanned!(ty.span()=> _event_core::__private::IntoHandlerResult::into_handler_result(#call))
+            let into = private_path("IntoHandlerResult");
+            quote_spanned!(ty.span()=> <_ as #into>::into_handler_result(#call))
         }
     };
 
@@ -329,7 +412,9 @@ fn handler_registration(handler: &Handler, spec: &HandlerSpec) -> TokenStream {
             #convert
         }
     };
-    let boxed = quote_spanned!(async_span=> _event_core::__private::handler_future(#async_block));
+    // Coerced to `HandlerFuture` where it is returned: a future that is not `Send` is reported
+    // there, naming only the cast to `Pin<Box<dyn Future + Send>>`.
+    let boxed = quote_spanned!(async_span=> _event_core::__private::box_pin(#async_block));
     let (entry, handler_call) = if is_async {
         (
             quote! {
@@ -376,52 +461,109 @@ fn handler_registration(handler: &Handler, spec: &HandlerSpec) -> TokenStream {
         line: _event_core::__private::line!(),
     };
 
-    quote! {
-        const _: () = {
-            #facade
+    let registration = quote! {
+        #facade
 
-            #(#adapters)*
+        #(#adapters)*
 
-            #entry
+        #entry
 
-            static __DESCRIPTOR: _event_core::__private::HandlerDescriptor =
-                _event_core::__private::HandlerDescriptor {
-                    name: #name,
-                    events: __EVENT.events,
-                    priority: #priority,
-                    mode: _event_core::__private::DeliveryMode::#mode,
-                    ordered: #ordered,
-                    resources: &[#(#resources),*],
-                    transaction: #transaction,
-                    takes_envelope: __EVENT.takes_envelope,
-                    call: #handler_call,
-                    #location
-                };
+        static __DESCRIPTOR: _event_core::__private::HandlerDescriptor =
+            _event_core::__private::HandlerDescriptor {
+                name: #name,
+                events: __EVENT.events,
+                priority: #priority,
+                mode: _event_core::__private::DeliveryMode::#mode,
+                ordered: #ordered,
+                resources: &[#(#resources),*],
+                transaction: #transaction,
+                takes_envelope: __EVENT.takes_envelope,
+                call: #handler_call,
+                #location
+            };
 
-            #[automatically_derived]
-            impl _event_core::__private::Handler for #ident {
-                const DESCRIPTOR: &'static _event_core::__private::HandlerDescriptor = &__DESCRIPTOR;
-            }
+        #[automatically_derived]
+        impl _event_core::__private::Handler for #ident {
+            const DESCRIPTOR: &'static _event_core::__private::HandlerDescriptor = &__DESCRIPTOR;
+        }
 
-            _event_core::__private::inventory::submit! {
-                _event_core::__private::HandlerRegistration { descriptor: &__DESCRIPTOR }
-            }
+        _event_core::__private::inventory::submit! {
+            _event_core::__private::HandlerRegistration { descriptor: &__DESCRIPTOR }
+        }
+    };
+    marker_struct(item, registration)
+}
+
+/// The first and the last span of the user's `ty`: an unmet bound on `<T as Trait>` is
+/// reported at `T`, so spanning the generated tokens from the first to the last token of the
+/// type underlines the whole type.
+fn type_spans(ty: &Type) -> (Span, Span) {
+    let mut tokens = ty.to_token_stream().into_iter();
+    let first = tokens.next().map_or_else(Span::call_site, |tt| tt.span());
+    let last = tokens.last().map_or(first, |tt| tt.span());
+    (first, last)
+}
+
+/// `const __EVENT: EventParam<A> = EventParam { get: <A as EventArg>::from_context, … };`.
+/// The three paths state one bound at one span, which rustc reports once.
+fn event_adapter(ty: &Type) -> TokenStream {
+    let (first, _) = type_spans(ty);
+    let event_arg = private_path("EventArg");
+    let q = quote_spanned!(first=> <#ty as #event_arg>);
+    quote_spanned! {first=>
+        const __EVENT: _event_core::__private::EventParam<#ty> = _event_core::__private::EventParam {
+            get: #q::from_context,
+            events: #q::EVENTS,
+            takes_envelope: #q::IS_ENVELOPE,
         };
     }
 }
 
-/// `const NAME: Adapter<T> = Adapter::new();`, where `new` states the bound `T` must meet.
-/// Its path is spanned from the first to the last token of the user's `T`: rustc reports an
-/// unmet bound at the path, so the error underlines the whole type.
-fn adapter(name: &str, adapter: &str, ty: &Type) -> TokenStream {
-    let mut tokens = ty.to_token_stream().into_iter();
-    let first = tokens.next().map_or_else(Span::call_site, |tt| tt.span());
-    let last = tokens.last().map_or(first, |tt| tt.span());
-    let name = Ident::new(name, first);
-    let adapter = Ident::new(adapter, first);
-    let new = Ident::new("new", last);
+/// `const __RESOURCE_n: ResourceParam<T> = …`, and the check that `T` is not a second event.
+fn resource_adapter(name: &Ident, ty: &Type) -> TokenStream {
+    let (first, last) = type_spans(ty);
+    // Spanned from the first to the last token of the type, which the error underlines.
+    let check = Ident::new("check", last);
+    let kind = quote_spanned!(last=> event_kind());
+    let resource_arg = private_path("ResourceArg");
+    // `OneEvent::<T>::check(&kind)` spanned in the user's type, unlike the trait paths: rustc
+    // reports this bound at the argument and the call, which then both underline the type.
     quote_spanned! {first=>
-        const #name: _event_core::__private::#adapter<#ty> = _event_core::__private::#adapter::#new();
+        const #name: _event_core::__private::ResourceParam<#ty> = _event_core::__private::ResourceParam {
+            get: <#ty as #resource_arg>::get,
+            descriptor: _event_core::__private::ResourceDescriptor::of::<#ty>(),
+        };
+        // Type-checked, never run: the probe's method is `SecondEvent`'s when `T` is an event.
+        const _: fn() = || {
+            #[allow(unused_imports)]
+            use _event_core::__private::{ProbeEvent as _, ProbeNotEvent as _};
+            _event_core::__private::OneEvent::<#ty>::#check(
+                &(&_event_core::__private::EventProbe::<#ty>::NEW).#kind,
+            );
+        };
+    }
+}
+
+/// `const __TRANSACTION: TransactionParam<T> = …`.
+fn transaction_adapter(ty: &Type) -> TokenStream {
+    let (first, _) = type_spans(ty);
+    let transaction_arg = private_path("TransactionArg");
+    quote_spanned! {first=>
+        const __TRANSACTION: _event_core::__private::TransactionParam<#ty> = _event_core::__private::TransactionParam {
+            take: <#ty as #transaction_arg>::take,
+            descriptor: _event_core::__private::ResourceDescriptor::of::<#ty>(),
+        };
+    }
+}
+
+/// `const __RETURN: ReturnParam<R> = ReturnParam { convert: <R as IntoHandlerResult>::… };`.
+fn return_adapter(ty: &Type) -> TokenStream {
+    let (first, _) = type_spans(ty);
+    let into = private_path("IntoHandlerResult");
+    quote_spanned! {first=>
+        const __RETURN: _event_core::__private::ReturnParam<#ty> = _event_core::__private::ReturnParam {
+            convert: <#ty as #into>::into_handler_result,
+        };
     }
 }
 

@@ -341,6 +341,33 @@ pub fn derive_event_union(input: TokenStream) -> TokenStream {
 /// type that does not convert are reported the same way, once, under the type. A future
 /// that is not `Send` is reported at the handler's `async`.
 ///
+/// A second event type among the parameters is not taken for a resource:
+///
+/// ```text
+/// error[E0277]: a handler takes one event, and `OrderPaid` is a second one
+///  --> src/billing.rs:9:51
+///   |
+/// 9 | fn on_order(placed: &OrderPlaced, db: &Db, paid: &OrderPaid) {
+///   |                                                   ^^^^^^^^^ the first parameter is the event; `&OrderPaid` here would be looked up as a resource
+///   |
+///   = note: to handle several event types in one handler, hold them in an enum with `#[derive(event_core::EventUnion)]` and take `&ThatEnum`; or write one handler per event type
+/// ```
+///
+/// The attribute on a function in an `impl` block is reported at the function: with a `self`
+/// receiver, or naming `Self`, as one error. An associated function that does neither looks
+/// like a free function to the macro, and gets two: rustc's "struct is not supported in
+/// `trait`s or `impl`s" at the attribute (the handler's marker type cannot go there), then
+///
+/// ```text
+/// error[E0277]: `#[event_handler]` goes on a free function, not on a function in an `impl` block
+///   --> src/billing.rs:19:8
+///    |
+/// 19 |     fn on_placed(event: &OrderPlaced, db: &Db) {
+///    |        ^^^^^^^^^ this handler is an associated function
+///    |
+///    = note: the runtime calls a handler with no value or type to call it on: move the function out of the `impl` block, or keep it there and call it from a free `#[event_handler]` function
+/// ```
+///
 /// Also rejected, each with its own message: no parameter, the event by value or by `&mut`,
 /// a resource by value, a second `&mut` parameter, a `self` receiver, generic parameters
 /// (including `impl Trait`) and `where` clauses, `unsafe fn`, unknown and duplicate options,
@@ -350,8 +377,10 @@ pub fn derive_event_union(input: TokenStream) -> TokenStream {
 /// # Limitations
 ///
 /// Handlers are free functions: not methods or associated functions in an `impl` block (the
-/// runtime has no `self` to call them on; take what the handler needs as resources instead),
-/// and not generic (the runtime needs one concrete function per event type).
+/// runtime has no `self` to call them on; take what the handler needs as resources instead,
+/// or call the method from a free handler), and not generic (the runtime needs one concrete
+/// function per event type). A handler takes one event: several event types go through an
+/// event union. A type that is an event (or an `Envelope`) cannot be a resource.
 #[proc_macro_attribute]
 pub fn event_handler(args: TokenStream, input: TokenStream) -> TokenStream {
     expand::event_handler(args.into(), input.into())

@@ -169,9 +169,17 @@ fn expand(ident: &Ident, variants: &[Variant<'_>], facade: &TokenStream) -> Toke
         let first = tokens.next().map_or_else(Span::call_site, |tt| tt.span());
         let last = tokens.last().map_or(first, |tt| tt.span());
         let new = Ident::new("new", last);
+        let domain_event = crate::expand::private_path("DomainEvent");
+        let variant_clone = crate::expand::private_path("UnionVariantClone");
+        // The two bounds first, through trait item paths at the type's span: rustc reports
+        // them without a note into event-core, and drops the same bounds of `new` as
+        // duplicates (same predicate, same span).
         consts.push(quote_spanned! {first=>
-            const #c: _event_core::__private::UnionVariant<#ident> =
-                _event_core::__private::UnionVariant::#new::<#ty>();
+            const #c: _event_core::__private::UnionVariant<#ident> = {
+                let _ = <#ty as #domain_event>::NAME;
+                let _ = <#ty as #variant_clone>::clone_event;
+                _event_core::__private::UnionVariant::#new::<#ty>()
+            };
         });
         wraps.push(quote! {
             #[automatically_derived]

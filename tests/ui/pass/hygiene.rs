@@ -78,6 +78,17 @@ async fn async_handler(_event: &Checked, _tx: &mut Db) -> core::result::Result<(
     core::result::Result::Ok(())
 }
 
+// The constants that prove a handler is a free function are named after it: one handler's
+// names are not another's (`handler` and `free_handler`, `handler_check`).
+#[event_handler]
+fn handler(_event: &Checked) {}
+
+#[event_handler]
+fn free_handler(_event: &Checked) {}
+
+#[event_handler]
+fn handler_check(_event: &Checked) {}
+
 fn main() {
     let d = <sync_handler as Handler>::DESCRIPTOR;
     assert!(d.name.ends_with("::sync_handler"), "{}", d.name);
