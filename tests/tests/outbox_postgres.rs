@@ -270,3 +270,66 @@ async fn a_deadlock_between_two_workers_rolls_back_one_batch_and_both_complete_o
         "a rolled-back conflict does not use an attempt"
     );
 }
+
+#[derive(Debug, Clone, Serialize, Deserialize, DomainEvent)]
+#[event(name = "label.printed", version = 1)]
+struct Printed {
+    #[event(aggregate_id)]
+    label: u32,
+}
+
+/// Counts its calls (it takes no transaction: a second call for one event is a second
+/// claim, not a rolled-back attempt).
+#[event_handler(name = "count_prints")]
+async fn count_prints(envelope: &Envelope<Printed>, seen: &Seen) {
+    *seen.0.lock().unwrap().entry(envelope.id()).or_default() += 1;
+    tokio::time::sleep(Duration::from_millis(2)).await;
+}
+
+/// Claims racing each other's commits: a claim whose snapshot predates another worker's
+/// committed claim must not take that live lease over (PostgreSQL rechecks a locked row's own
+/// columns on its latest version, but the lease subquery reads the old snapshot).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_claims_never_take_a_live_lease_over() {
+    let Some((url, schema, _)) = common::postgres("racing_claims").await else {
+        return;
+    };
+    let seen = std::sync::Arc::new(Seen::default());
+    let mut outboxes = Vec::new();
+    for _ in 0..6 {
+        let store = Store::connect_postgres_schema(&url, &schema).await.unwrap();
+        outboxes.push(
+            Outbox::builder(store)
+                .dispatcher(Dispatcher::builder_empty().handler::<count_prints>())
+                .resource_arc(std::sync::Arc::clone(&seen))
+                .config(OutboxConfig {
+                    batch_size: 4,
+                    ..config(30_000)
+                })
+                .build()
+                .unwrap(),
+        );
+    }
+    const LABELS: u32 = 600;
+    let mut uow = outboxes[0].begin().await.unwrap();
+    for label in 0..LABELS {
+        uow.add(Envelope::new(Printed { label }));
+    }
+    uow.commit().await.unwrap();
+    let reports =
+        futures_util::future::join_all(outboxes.iter().map(|o| o.drain(Duration::from_secs(60))))
+            .await;
+    let (mut completed, mut lease_lost) = (0, 0);
+    for r in reports {
+        let r = r.unwrap();
+        completed += r.completed;
+        lease_lost += r.lease_lost;
+    }
+    let calls = seen.0.lock().unwrap();
+    let twice = calls.values().filter(|&&n| n > 1).count();
+    assert_eq!(
+        (completed, lease_lost, twice, calls.len()),
+        (LABELS as usize, 0, 0, LABELS as usize),
+        "(completed, lease lost, events called more than once, events called)"
+    );
+}

@@ -16,7 +16,8 @@ use crate::store::StoreError;
 /// where the dialect needs one); `suffix` ends the statement (row locking).
 pub(crate) fn heads_sql(table: &str, destinations: &str, suffix: &str) -> String {
     format!(
-        "SELECT d.handler, d.event_id, d.aggregate_type, d.aggregate_id, d.sequence, d.next_attempt_at \
+        "SELECT d.handler, d.event_id, d.aggregate_type, d.aggregate_id, d.sequence, d.next_attempt_at, \
+                d.lease_token AS prior_token \
          FROM {table} \
          WHERE d.status = 'pending' AND d.ready AND d.next_attempt_at <= $1 \
            AND d.handler IN {destinations} \
