@@ -132,25 +132,19 @@ async fn handler_purge_and_retarget_take_what_removed_handlers_left() {
     let app = || App::embedded("shop events", &registry);
 
     // Refusals: each says why, changes nothing and exits non-zero.
-    failed(
-        &db.cli(
-            App::standalone(),
+    let refusals: [(bool, &[&str], &str); 5] = [
+        (
+            false,
             &["handler", "purge", "cli_retire.old_count"],
-        )
-        .await,
-        "knows no application event types",
-    );
-    failed(
-        &db.cli(
-            app(),
+            "knows no application event types",
+        ),
+        (
+            true,
             &["handler", "purge", "cli_retire.ship", "--actor", "alice"],
-        )
-        .await,
-        "`cli_retire.ship` is a handler of this application",
-    );
-    failed(
-        &db.cli(
-            app(),
+            "`cli_retire.ship` is a handler of this application",
+        ),
+        (
+            true,
             &[
                 "handler",
                 "retarget",
@@ -160,26 +154,23 @@ async fn handler_purge_and_retarget_take_what_removed_handlers_left() {
                 "--actor",
                 "alice",
             ],
-        )
-        .await,
-        "`cli_retire.nosuch` is not a handler of this application",
-    );
-    failed(
-        &db.cli(
-            app(),
+            "`cli_retire.nosuch` is not a handler of this application",
+        ),
+        (
+            true,
             &["handler", "purge", "cli_retire.typo", "--actor", "alice"],
-        )
-        .await,
-        "no deliveries of handler `cli_retire.typo`",
-    );
-    failed(
-        &db.cli(
-            app(),
+            "no deliveries of handler `cli_retire.typo`",
+        ),
+        (
+            true,
             &["handler", "purge", "cli_retire.old_count", "--actor", " "],
-        )
-        .await,
-        "--actor must name who",
-    );
+            "--actor must name who",
+        ),
+    ];
+    for (embedded, args, message) in refusals {
+        let on = if embedded { app() } else { App::standalone() };
+        failed(&db.cli(on, args).await, message);
+    }
     assert!(db.store.audit_log(10).await.unwrap().is_empty());
 
     let r = db

@@ -9,7 +9,7 @@ use sqlx::Pool;
 
 use super::dead_letters::{action_name, audit_from_row, unblock};
 use super::exec::{Arg, SqlExec};
-use super::{db, execute, promote_after_commit, rows, Dialect};
+use super::{db, execute, promote_after_commit, rows, Conn, Dialect};
 use crate::store::backend::ResolutionSelection;
 use crate::store::types::{AuditEntry, DeadLetterFilter, Resolution};
 use crate::store::StoreError;
@@ -48,28 +48,41 @@ pub(crate) async fn start<D: Dialect>(
     };
     let json = serde_json::to_string(&selection)
         .map_err(|e| StoreError::Corrupt(format!("selection: {e}")))?;
+    let entry = insert_audit::<D>(&mut tx, action_name(action), actor, reason, now, &json).await?;
+    tx.commit().await.map_err(db)?;
+    Ok((entry, selection))
+}
+
+/// Writes the audit row of an operation over a selection (`selection`, JSON), counted up
+/// page by page from 0, and returns it.
+pub(crate) async fn insert_audit<D: Dialect>(
+    conn: &mut Conn<D>,
+    action: &str,
+    actor: &str,
+    reason: &str,
+    now: i64,
+    selection: &str,
+) -> Result<AuditEntry, StoreError> {
     let sql = format!(
         "INSERT INTO event_audit_log (action, actor, reason, at, dead_letter_ids, count, selection) \
          VALUES ($1, $2, $3, $4, '[]', 0, $5) RETURNING {AUDIT_COLUMNS}"
     );
-    let entry = rows::<D>(
-        &mut tx,
+    rows::<D>(
+        conn,
         &sql,
         &[
-            Arg::Str(action_name(action)),
+            Arg::Str(action),
             Arg::Str(actor),
             Arg::Str(reason),
             Arg::I64(now),
-            Arg::Str(&json),
+            Arg::Str(selection),
         ],
     )
     .await?
     .first()
     .map(audit_from_row::<D>)
     .transpose()?
-    .ok_or_else(|| StoreError::Corrupt("the audit insert returned no row".into()))?;
-    tx.commit().await.map_err(db)?;
-    Ok((entry, selection))
+    .ok_or_else(|| StoreError::Corrupt("the audit insert returned no row".into()))
 }
 
 /// Resolves the next page of at most `page` open dead letters of `selection`. Returns how

@@ -61,26 +61,9 @@ pub(crate) async fn start<D: Dialect>(
         tx.commit().await.map_err(db)?;
         return Ok(entry);
     }
-    let insert = format!(
-        "INSERT INTO event_audit_log (action, actor, reason, at, dead_letter_ids, count, selection) \
-         VALUES ($1, $2, $3, $4, '[]', 0, $5) RETURNING {AUDIT_COLUMNS}"
-    );
-    let entry = rows::<D>(
-        &mut tx,
-        &insert,
-        &[
-            Arg::Str(op.action()),
-            Arg::Str(actor),
-            Arg::Str(reason),
-            Arg::I64(now),
-            Arg::Str(&json),
-        ],
-    )
-    .await?
-    .first()
-    .map(audit_from_row::<D>)
-    .transpose()?
-    .ok_or_else(|| StoreError::Corrupt("the audit insert returned no row".into()))?;
+    let entry =
+        super::resolution::insert_audit::<D>(&mut tx, op.action(), actor, reason, now, &json)
+            .await?;
     tx.commit().await.map_err(db)?;
     Ok(entry)
 }
