@@ -134,8 +134,9 @@ pub struct Args {
     /// Seed of the --flaky-rate failures.
     #[arg(long, value_name = "S", default_value_t = DEFAULT_SEED)]
     pub seed: u64,
-    /// Abort the process (as a crash would) once this many deliveries have completed; run
-    /// again on the same database to finish.
+    /// Abort the process (as a crash would) once this many deliveries have completed, at the
+    /// end of the delivery batch that reaches the count (so a few more may have completed);
+    /// run again on the same database to finish.
     #[arg(long, value_name = "N")]
     pub crash_after: Option<u64>,
     /// Commands per unit of work (rows while importing, orders while shipping). Each stays
@@ -517,8 +518,8 @@ async fn open(args: &Args) -> Result<Store, RunError> {
 /// Runs the job: imports `args.input` into `args.database`, delivers every event, and reads
 /// the totals back.
 ///
-/// With `args.crash_after`, the process aborts once that many deliveries have completed
-/// (`std::process::abort`: no destructor, no flush, as a crash) — do not set it in a process
+/// With `args.crash_after`, the process aborts once that many deliveries have completed, at
+/// the end of the delivery batch that reaches the count (`std::process::abort`: no destructor, no flush, as a crash) — do not set it in a process
 /// that should survive, such as a test.
 ///
 /// # Errors
