@@ -38,6 +38,17 @@ fn old_count(_: &CratePacked) {}
 #[event_handler(name = "cli_retire.ship")]
 fn ship(_: &CratePacked) {}
 
+#[derive(Debug, Serialize, Deserialize, DomainEvent)]
+#[event(name = "label.printed", version = 1)]
+struct LabelPrinted {
+    #[event(aggregate_id)]
+    id: String,
+}
+
+/// A handler of the release after that takes other events.
+#[event_handler(name = "cli_retire.label")]
+fn label(_: &LabelPrinted) {}
+
 struct Db {
     url: String,
     store: Store,
@@ -128,11 +139,15 @@ async fn handler_purge_and_retarget_take_what_removed_handlers_left() {
     before.drain(Duration::from_secs(30)).await.unwrap();
     commit(&before, &[("c-2", false), ("c-3", false)]).await;
     // Left: old_ship's c-1 dead, its c-2 and c-3 pending; old_count's c-2 and c-3 pending.
-    let registry = Registry::builder().handler::<ship>().build().unwrap();
+    let registry = Registry::builder()
+        .handler::<ship>()
+        .handler::<label>()
+        .build()
+        .unwrap();
     let app = || App::embedded("shop events", &registry);
 
     // Refusals: each says why, changes nothing and exits non-zero.
-    let refusals: [(bool, &[&str], &str); 5] = [
+    let refusals: [(bool, &[&str], &str); 6] = [
         (
             false,
             &["handler", "purge", "cli_retire.old_count"],
@@ -155,6 +170,19 @@ async fn handler_purge_and_retarget_take_what_removed_handlers_left() {
                 "alice",
             ],
             "`cli_retire.nosuch` is not a handler of this application",
+        ),
+        (
+            true,
+            &[
+                "handler",
+                "retarget",
+                "cli_retire.old_ship",
+                "--to",
+                "cli_retire.label",
+                "--actor",
+                "alice",
+            ],
+            "`cli_retire.label` does not take crate.packed, which `cli_retire.old_ship` left undelivered",
         ),
         (
             true,

@@ -225,9 +225,13 @@ async fn run(args: &Args) -> Result<Summary, Box<dyn std::error::Error>> {
     for (region, sales) in invoiced(&store).await? {
         *revenue_by_region.entry(region).or_default() += Decimal::from_str(&sales)?;
     }
+    // Normalised (no trailing zeros), as `orders` prints it: equal as text.
+    for revenue in revenue_by_region.values_mut() {
+        *revenue = revenue.normalize();
+    }
     Ok(Summary {
         invoices: count(&store, "SELECT COUNT(*) FROM billing_invoices").await?,
-        revenue_total: revenue_by_region.values().sum(),
+        revenue_total: revenue_by_region.values().sum::<Decimal>().normalize(),
         revenue_by_region,
         received: total.received,
         appended: total.appended,

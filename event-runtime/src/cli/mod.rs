@@ -62,7 +62,7 @@
 //!   open dead letters, deliveries in a status this version does not know (shown as unknown,
 //!   never as another status), pending deliveries whose row the engine cannot read
 //!   ([`OutboxStats::unreadable`]: a column edited by hand, such as a text `next_attempt_at` on
-//!   SQLite; shown as `unreadable by the engine`, never delivered until repaired), paused
+//!   SQLite, which is never due; shown as `unreadable by the engine`: repair or purge it), paused
 //!   destinations, per-handler counts.
 //! - `check` (embedded) fails, listing them, when a pending delivery names a handler the
 //!   application does not have or does not decode with its event types, when an open dead

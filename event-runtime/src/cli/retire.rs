@@ -73,6 +73,9 @@ pub(super) async fn retire(
         )?;
         return Ok(());
     }
+    if let Some(to) = &args.to {
+        takes_what_was_left(registry, &store, name, to).await?;
+    }
     let report = match &args.to {
         None => store.purge_destination(name, &actor, &reason).await,
         Some(to) => {
@@ -113,6 +116,35 @@ fn receiving(registry: &Registry, to: &str) -> Result<bool, CliError> {
             )))
         }
     }
+}
+
+/// Refuses a re-target onto a handler that does not take every event `name` left: the moved
+/// deliveries would only be dead-lettered there, with no way back.
+async fn takes_what_was_left(
+    registry: &Registry,
+    store: &Store,
+    name: &str,
+    to: &str,
+) -> Result<(), CliError> {
+    let takes: Vec<&str> = registry
+        .handlers()
+        .iter()
+        .filter(|h| h.name == to)
+        .flat_map(|h| h.events.iter().map(|e| e().name))
+        .collect();
+    let left = store.undelivered_event_names(name).await?;
+    let others: Vec<&str> = left
+        .iter()
+        .map(String::as_str)
+        .filter(|n| !takes.contains(n))
+        .collect();
+    if others.is_empty() {
+        return Ok(());
+    }
+    Err(CliError::Refused(format!(
+        "`{to}` does not take {}, which `{name}` left undelivered: re-target onto a handler of those events, or purge; nothing was moved",
+        others.join(", ")
+    )))
 }
 
 /// A name that nothing in the outbox has: probably a typo.

@@ -87,6 +87,15 @@ pub enum OutboxError {
         /// This outbox's destinations, comma-separated.
         known: String,
     },
+    /// A re-target onto a destination that does not take every event the old one left:
+    /// nothing would deliver those there (they would be dead-lettered). Nothing was changed.
+    #[error("`{destination}` does not take {events}, which the old destination left undelivered: re-target onto a handler of those events, or purge; nothing was changed")]
+    TakesOtherEvents {
+        /// The destination.
+        destination: String,
+        /// The event names it does not take, comma-separated.
+        events: String,
+    },
     /// Some outcomes of deliveries could not be recorded (the database kept refusing them):
     /// those deliveries run again once the worker's lease lapses (at-least-once).
     #[error("some delivery outcomes could not be recorded; those deliveries run again once the lease lapses")]

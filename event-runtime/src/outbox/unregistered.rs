@@ -72,8 +72,9 @@ impl Outbox {
     ///
     /// # Errors
     /// [`OutboxError::Registered`] when `from` is one of this outbox's
-    /// [`destinations`](Self::destinations), [`OutboxError::NotRegistered`] when `to` is not
-    /// (nothing is changed); [`OutboxError::Store`] with
+    /// [`destinations`](Self::destinations), [`OutboxError::NotRegistered`] when `to` is not,
+    /// [`OutboxError::TakesOtherEvents`] when `from` left events `to` does not take (nothing
+    /// is changed); [`OutboxError::Store`] with
     /// [`StoreError::DestinationInUse`](crate::StoreError::DestinationInUse) when another
     /// process's live worker holds a delivery of `from` (nothing is changed), or a database
     /// error (the pages done stay done; call it again to finish).
@@ -97,6 +98,34 @@ impl Outbox {
             return Err(OutboxError::NotRegistered {
                 destination: to.to_owned(),
                 known: self.inner.claimable.join(", "),
+            });
+        }
+        // Every event left must be one `to` takes, or the moved deliveries would only be
+        // dead-lettered there ("does not take … events"), with no way back.
+        let takes: std::collections::BTreeSet<&str> = self
+            .inner
+            .dispatcher
+            .registry()
+            .events()
+            .iter()
+            .filter(|e| {
+                self.inner
+                    .routes
+                    .get(&(e.type_id)())
+                    .is_some_and(|r| r.iter().any(|r| r.destination == to))
+            })
+            .map(|e| e.name)
+            .collect();
+        let left = self.inner.store.undelivered_event_names(from).await?;
+        let others: Vec<&str> = left
+            .iter()
+            .map(String::as_str)
+            .filter(|n| !takes.contains(n))
+            .collect();
+        if !others.is_empty() {
+            return Err(OutboxError::TakesOtherEvents {
+                destination: to.to_owned(),
+                events: others.join(", "),
             });
         }
         // A destination is ordered when it orders the events it receives (a transport's

@@ -9,6 +9,31 @@ use super::types::DestinationReport;
 use super::{now_ms, Store, StoreError, RESOLVE_PAGE};
 
 impl Store {
+    /// The names of the events `destination` left undelivered: those of its pending
+    /// deliveries and of its open dead letters, sorted. What a handler must take to be the
+    /// target of [`retarget_destination`](Self::retarget_destination).
+    ///
+    /// # Errors
+    /// [`StoreError::Database`] when the query fails.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn undelivered_event_names(
+        &self,
+        destination: &str,
+    ) -> Result<Vec<String>, StoreError> {
+        let rows = self
+            .query(
+                "SELECT DISTINCT o.name AS name FROM event_deliveries d \
+                 JOIN event_outbox o ON o.event_id = d.event_id \
+                 WHERE d.handler = $1 AND d.status IN ('pending', 'dead') ORDER BY o.name",
+            )
+            .bind(destination)
+            .fetch_all()
+            .await?;
+        rows.iter().map(|r| r.get::<String>("name")).collect()
+    }
+
     /// Gives up on everything `destination` left: its pending deliveries are marked `purged`
     /// and its open dead letters resolved as purged, with one audit row (action
     /// `handler-purge`, `actor`, `reason`, the destination in its selection), in pages of

@@ -124,8 +124,11 @@ pub struct OutboxStats {
     /// never writes (edited by hand, or by a foreign tool) — on SQLite a value of the wrong
     /// type (a text `next_attempt_at`), on every store an event id that is not a lower-case
     /// hyphenated UUID, a negative sequence, or an event id with no outbox row. Counted in
-    /// [`pending`](Self::pending) too; such a delivery is never delivered (or never settled)
-    /// until the row is repaired or purged, so `events check` fails while there are any.
+    /// [`pending`](Self::pending) too. What the engine does with such a row depends on the
+    /// column: a text `next_attempt_at` is never due (it stays pending for good), a row
+    /// without its event cannot be decoded, while SQLite coerces some values (a text
+    /// `attempts` counts as 0, and the delivery may run). Repair or purge it: `events check`
+    /// fails while there are any.
     pub unreadable: u64,
     /// Per-handler delivery counts.
     pub handlers: Vec<HandlerStats>,

@@ -1062,10 +1062,12 @@ fn report(
         orders_shipped: all_lead_times.orders,
         sales_total: m.regions.values().map(|r| r.sales).sum(),
         profit_total: m.regions.values().map(|r| r.profit).sum(),
+        // Normalised (no trailing zeros), as `billing` prints it: equal as text, not only as
+        // numbers.
         revenue_by_region: m
             .regions
             .iter()
-            .map(|(k, r)| (k.clone(), r.sales))
+            .map(|(k, r)| (k.clone(), r.sales.normalize()))
             .collect(),
         revenue_by_currency: m
             .currencies

@@ -381,6 +381,22 @@ pub async fn purging_or_retargeting_is_refused_for_live_or_unknown_handlers(db: 
         matches!(&e, OutboxError::NotRegistered { destination, known } if destination == "retarget.nosuch" && known == SUMMARY),
         "{label}: {e}"
     );
+    // A handler of other events only: the credits would just be dead-lettered there.
+    let other = outbox_with(
+        &store,
+        Dispatcher::builder_empty()
+            .handler::<summary>()
+            .handler::<old_opened>(),
+    )
+    .await;
+    let e = other
+        .retarget_unregistered(OLD_CREDITED, "retarget.old_opened", "ops", "x")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, OutboxError::TakesOtherEvents { destination, events } if destination == "retarget.old_opened" && events == "ledger.credited"),
+        "{label}: {e}"
+    );
     let e = store
         .retarget_destination(OLD_CREDITED, OLD_CREDITED, true, "ops", "x")
         .await
