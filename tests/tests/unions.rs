@@ -246,6 +246,17 @@ async fn retried_three_times_then_dead_lettered_in_milliseconds() {
     assert_eq!((report.retried, report.dead_lettered), (4, 2), "{report:?}");
     let dead = outbox.assert_dead_letters("always_down", 2).await;
     assert!(dead.iter().all(|d| d.attempts == 3), "{dead:?}");
+    // A wrong handler name: the message says which handler has them.
+    let wrong = futures_util::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(
+        outbox.assert_dead_letters("down", 2),
+    ))
+    .await
+    .unwrap_err();
+    let message = wrong.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(
+        message.contains("found 0") && message.contains(r#"("always_down", 2)"#),
+        "{message}"
+    );
     assert_eq!(dead[0].error_chain, ["the API is down"]);
     // The failures are stamped by the harness's clock, which moved past the backoffs.
     let waited = dead[0].last_failed_at - dead[0].first_failed_at;

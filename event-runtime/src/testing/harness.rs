@@ -211,21 +211,30 @@ impl TestOutbox {
     /// # Panics
     /// Otherwise, with the dead letters there are; on a store error.
     pub async fn assert_dead_letters(&self, handler: &str, count: usize) -> Vec<DeadLetter> {
-        let dead: Vec<DeadLetter> = self
+        let (dead, others): (Vec<DeadLetter>, Vec<DeadLetter>) = self
             .dead_letters()
             .await
             .expect("dead letters")
             .into_iter()
-            .filter(|d| d.handler == handler)
-            .collect();
-        assert_eq!(
-            dead.len(),
-            count,
-            "dead letters of `{handler}`: {:?}",
-            dead.iter()
-                .map(|d| (&d.event_name, d.attempts, &d.error_chain))
-                .collect::<Vec<_>>()
-        );
+            .partition(|d| d.handler == handler);
+        if dead.len() != count {
+            // A handler's name is `name = "…"`, or its module path and function name: say
+            // what the other handlers have, in case the name is the mistake.
+            let mut elsewhere: Vec<(&str, usize)> = Vec::new();
+            for d in &others {
+                match elsewhere.iter_mut().find(|(h, _)| *h == d.handler) {
+                    Some((_, n)) => *n += 1,
+                    None => elsewhere.push((&d.handler, 1)),
+                }
+            }
+            panic!(
+                "expected {count} dead letters of `{handler}`, found {}: {:?}; other handlers' dead letters (handler, count): {elsewhere:?}",
+                dead.len(),
+                dead.iter()
+                    .map(|d| (&d.event_name, d.attempts, &d.error_chain))
+                    .collect::<Vec<_>>()
+            );
+        }
         dead
     }
 }
