@@ -20,7 +20,7 @@ use event_runtime::transport::nats::{
 };
 use event_runtime::{
     Delivery, DeliveryError, Destination, Dispatcher, Outbox, OutboxConfig, OutboxError,
-    RetryPolicy, Routing, SqlValue, Tx,
+    RetryPolicy, Routing, SqlValue, Store, StoreError, Tx,
 };
 use serde::{Deserialize, Serialize};
 
@@ -125,6 +125,11 @@ async fn producer(test: &str, relay: Arc<dyn Destination>, config: OutboxConfig)
 
 async fn consumer(test: &str) -> Outbox {
     let (_, store) = common::sqlite(test).await;
+    consumer_on(store).await
+}
+
+/// The consuming service on `store`: `Shipped` billed into `nats_effects`.
+async fn consumer_on(store: Store) -> Outbox {
     let mut tx = store.begin().await.unwrap();
     tx.execute(
         "CREATE TABLE nats_effects (event_id TEXT NOT NULL, cents BIGINT NOT NULL)",
@@ -412,6 +417,160 @@ async fn poison_messages_go_to_the_dead_letter_queue_with_broker_metadata_and_la
         .unwrap();
     assert!(audit.is_empty(), "{audit:?}");
     js.delete_stream(&stream).await.unwrap();
+}
+
+/// `good` as a second event: another id (and amount), the same aggregate and sequence.
+fn same_place_other_id(good: &Envelope<Shipped>, cents: i64) -> String {
+    serde_json::to_string(good)
+        .unwrap()
+        .replace(&good.id().to_string(), &uuid::Uuid::now_v7().to_string())
+        .replace("\"cents\":42", &format!("\"cents\":{cents}"))
+}
+
+async fn publish(js: &jetstream::Context, subject: &str, bodies: Vec<String>) {
+    for body in bodies {
+        js.publish(subject.to_owned(), body.into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+}
+
+/// A producer that re-published its events with new ids (started on a fresh database): the
+/// message that claims an (aggregate, sequence) the consumer holds under another id, in the
+/// same batch as the first or after it was stored, is a dead letter; the rest flows, every
+/// message is acked, and the next batch is not blocked.
+async fn a_conflicting_message_is_dead_lettered_and_the_rest_of_its_batch_flows(
+    store: Store,
+    label: &str,
+) {
+    let Some((_client, js, stream, prefix)) = with_stream("conflict").await else {
+        return;
+    };
+    let subject = format!("{prefix}.natstest.shipped");
+    let first = shipped("K", 1, 42);
+    let conflicting = same_place_other_id(&first, 43);
+    let conflicting_id = serde_json::from_str::<serde_json::Value>(&conflicting).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let json = |e: &Envelope<Shipped>| serde_json::to_string(e).unwrap();
+    // One batch: K-1, K-1 again under another id, K-2, and L-1 (another aggregate).
+    publish(
+        &js,
+        &subject,
+        vec![
+            json(&first),
+            conflicting,
+            json(&shipped("K", 2, 5)),
+            json(&shipped("L", 1, 7)),
+        ],
+    )
+    .await;
+    let billing = consumer_on(store).await;
+    let inbox = NatsInbox::new(&js, billing.clone(), inbox_config(&stream, "billing"))
+        .await
+        .unwrap();
+    let r = inbox.receive().await.unwrap();
+    assert_eq!(
+        (
+            r.received,
+            r.appended,
+            r.dead_lettered,
+            r.acked,
+            r.ack_failed
+        ),
+        (4, 3, 1, 3, 0),
+        "{label}: {r:?}"
+    );
+    billing.drain(Duration::from_secs(30)).await.unwrap();
+    assert_eq!(
+        effects(&billing).await,
+        (3, 3),
+        "{label}: the others flowed"
+    );
+
+    let dead = billing
+        .store()
+        .dead_letters(&Default::default())
+        .await
+        .unwrap();
+    assert_eq!(dead.len(), 1, "{label}: {dead:?}");
+    let d = &dead[0];
+    assert_eq!(d.reason, "conflict", "{label}");
+    assert_eq!(d.handler, "nats-inbox:billing");
+    assert_eq!(d.event_id.to_string(), conflicting_id);
+    assert_eq!(d.event_name, "natstest.shipped");
+    let b = d.broker.as_ref().expect("broker metadata");
+    assert_eq!(
+        (b.stream.as_str(), b.stream_sequence, b.delivery_count),
+        (stream.as_str(), 2, 1),
+        "{label}"
+    );
+    assert_eq!(b.subject, subject);
+    assert!(
+        d.error_chain[0].contains("natstest@urn:test:orders K already has sequence 1"),
+        "{label}: {:?}",
+        d.error_chain
+    );
+
+    // Everything was acked or terminated: nothing pending, nothing redelivered.
+    assert_eq!(inbox.ack_pending().await.unwrap(), 0, "{label}");
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(inbox.receive().await.unwrap().received, 0, "{label}");
+
+    // The next batch: K-1 a third time, now against the stored event, and M-1.
+    publish(
+        &js,
+        &subject,
+        vec![same_place_other_id(&first, 44), json(&shipped("M", 1, 9))],
+    )
+    .await;
+    let r = inbox.receive().await.unwrap();
+    assert_eq!(
+        (r.received, r.appended, r.dead_lettered, r.acked),
+        (2, 1, 1, 1),
+        "{label}: {r:?}"
+    );
+    billing.drain(Duration::from_secs(30)).await.unwrap();
+    assert_eq!(effects(&billing).await, (4, 4), "{label}");
+    let dead = billing
+        .store()
+        .dead_letters(&Default::default())
+        .await
+        .unwrap();
+    assert_eq!(dead.len(), 2, "{label}");
+    assert_eq!(dead[1].reason, "conflict");
+    assert_eq!(dead[1].broker.as_ref().unwrap().stream_sequence, 5);
+    assert_eq!(inbox.ack_pending().await.unwrap(), 0, "{label}");
+    // Still conflicting: a replay changes nothing.
+    let err = inbox
+        .replay_dead_letters(&[dead[0].id], "test", "still taken")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            NatsError::Outbox(OutboxError::Store(StoreError::Conflict { .. }))
+        ),
+        "{label}: {err:?}"
+    );
+    js.delete_stream(&stream).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_conflicting_message_is_dead_lettered_and_the_rest_of_its_batch_flows_sqlite() {
+    let (_, store) = common::sqlite("nats_conflict_billing").await;
+    a_conflicting_message_is_dead_lettered_and_the_rest_of_its_batch_flows(store, "sqlite").await;
+}
+
+#[tokio::test]
+async fn a_conflicting_message_is_dead_lettered_and_the_rest_of_its_batch_flows_postgres() {
+    let Some((_, _, store)) = common::postgres("nats_conflict_billing").await else {
+        return;
+    };
+    a_conflicting_message_is_dead_lettered_and_the_rest_of_its_batch_flows(store, "postgres").await;
 }
 
 #[tokio::test]

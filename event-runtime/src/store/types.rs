@@ -29,6 +29,11 @@ pub enum DeadLetterReason {
     /// `unrecordable`: the outcome of the delivery could not be recorded (the database
     /// refused the statement); the error chain says why.
     Unrecordable,
+    /// `conflict`: a message a transport's inbox received names an (aggregate, sequence) that
+    /// the outbox already holds under another event id (a producer that re-published its
+    /// events with new ids, from a fresh database). Purge it when the stored event is the one
+    /// to keep; a replay commits it once that place is free.
+    Conflict,
     /// A reason this version does not know.
     Other(String),
 }
@@ -43,6 +48,7 @@ impl DeadLetterReason {
             DeadLetterReason::Permanent => "permanent",
             DeadLetterReason::Exhausted => "exhausted",
             DeadLetterReason::Unrecordable => "unrecordable",
+            DeadLetterReason::Conflict => "conflict",
             DeadLetterReason::Other(s) => s,
         }
     }
@@ -59,6 +65,7 @@ impl FromStr for DeadLetterReason {
             "permanent" => DeadLetterReason::Permanent,
             "exhausted" => DeadLetterReason::Exhausted,
             "unrecordable" => DeadLetterReason::Unrecordable,
+            "conflict" => DeadLetterReason::Conflict,
             other => DeadLetterReason::Other(other.to_owned()),
         })
     }

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{NatsError, CONTENT_TYPE};
 use crate::store::{BrokerMetadata, DeadLetterReason};
-use crate::{Outbox, SqlValue};
+use crate::{Outbox, OutboxError, SqlValue, StoreError};
 
 /// How the inbox consumes: its durable consumer and its batches.
 #[derive(Debug, Clone)]
@@ -186,6 +186,41 @@ enum Refused {
     Poison(DeadLetterReason, Vec<String>, Option<Box<RawEnvelope>>),
 }
 
+/// A message of the batch that decoded: `idx` in the batch, its envelope (taken by a commit),
+/// and how it is stored (the JSON as received, keyed `<aggregate type>@<source>`).
+struct Candidate {
+    idx: usize,
+    envelope: Option<Box<dyn AnyEnvelope>>,
+    raw: RawEnvelope,
+    json: String,
+    key: String,
+}
+
+/// A message of the batch that goes to the dead letter queue, and why.
+struct Poison {
+    idx: usize,
+    reason: DeadLetterReason,
+    chain: Vec<String>,
+    raw: Option<Box<RawEnvelope>>,
+}
+
+/// The dead letter of a message whose commit alone failed with `conflict`.
+fn conflicting(c: Candidate, conflict: &StoreError) -> Poison {
+    let m = &c.raw.meta;
+    Poison {
+        idx: c.idx,
+        reason: DeadLetterReason::Conflict,
+        chain: vec![
+            format!(
+                "event {} conflicts with a stored event: {} {} already has sequence {} under another event id (purge this dead letter if the stored event is the one to keep; a replay commits it once that place is free)",
+                m.id, c.key, m.aggregate_id, m.sequence
+            ),
+            conflict.to_string(),
+        ],
+        raw: Some(Box::new(c.raw)),
+    }
+}
+
 impl NatsInbox {
     /// Creates the durable pull consumer (explicit ack) or binds to it, and checks that the
     /// outbox's retention exceeds the consumer's redelivery horizon
@@ -279,9 +314,19 @@ impl NatsInbox {
     /// every message that cannot be accepted as a dead letter with its broker metadata. Acks
     /// nothing: call [`ReceivedBatch::ack`].
     ///
+    /// Messages that cannot be accepted: one that does not decode (`undecodable`), of an
+    /// unknown name or version (`unknown_event`), and one whose (aggregate, sequence) the
+    /// outbox already holds under another event id, or that an earlier message of the batch
+    /// claims (`conflict`; a producer that re-published its events with new ids). When the
+    /// batch's commit fails with [`StoreError::Conflict`], the messages of the aggregate it
+    /// names (all of them, when it names none) are taken out, the rest is committed, and those
+    /// are committed one at a time in stream order: each that conflicts becomes a dead letter
+    /// (in a transaction of its own) instead of blocking the stream.
+    ///
     /// # Errors
-    /// [`NatsError::Broker`] when the fetch fails; [`NatsError::Outbox`] when the commit fails
-    /// (the batch's messages are then nak'ed with a delay of one second, to be redelivered).
+    /// [`NatsError::Broker`] when the fetch fails; [`NatsError::Outbox`] when a commit fails
+    /// otherwise (the database is down: every message of the batch is then nak'ed with a delay
+    /// of one second, to be redelivered, and one already committed is skipped then).
     ///
     /// # Cancel safety
     /// Cancel safe: fetched messages that were not committed and acked are redelivered after
@@ -316,59 +361,191 @@ impl NatsInbox {
             ..InboxReport::default()
         };
         metrics::counter!("events_nats_received_total").increment(messages.len() as u64);
-        let mut accepted = Vec::new();
-        let mut poison = Vec::new();
         if messages.is_empty() {
             return Ok(ReceivedBatch {
-                accepted,
-                poison,
+                accepted: Vec::new(),
+                poison: Vec::new(),
                 report,
             });
         }
         let now = self.outbox.clock().now_ms();
-        let result = async {
-            let mut uow = self.outbox.begin().await?;
-            for m in messages {
-                match self.accept(&m) {
-                    Ok((envelope, json, key)) => {
-                        let _span =
-                            tracing::debug_span!("receive", event_id = %envelope.metadata().id)
-                                .entered();
-                        uow.add_received(envelope, json, key);
-                        accepted.push(m);
+        let mut candidates = Vec::new();
+        let mut poison = Vec::new();
+        for (idx, m) in messages.iter().enumerate() {
+            match self.accept(m) {
+                Ok((envelope, raw, json, key)) => candidates.push(Candidate {
+                    idx,
+                    envelope: Some(envelope),
+                    raw,
+                    json,
+                    key,
+                }),
+                Err(Refused::Poison(reason, chain, raw)) => poison.push(Poison {
+                    idx,
+                    reason,
+                    chain,
+                    raw,
+                }),
+            }
+        }
+        // The batch is committed at once. A conflict (an (aggregate, sequence) the outbox
+        // holds under another event id, or that two messages of the batch claim) would fail
+        // it on every redelivery: the messages of the aggregate it names are taken out and
+        // committed one at a time, in order, after the rest; a conflict naming no message
+        // takes them all out. Each round takes one message out at least.
+        let mut accepted = Vec::new();
+        let mut deferred = Vec::new();
+        loop {
+            let mut envelopes = Vec::with_capacity(candidates.len());
+            for mut c in std::mem::take(&mut candidates) {
+                match self.envelope(&mut c) {
+                    Ok(e) => {
+                        envelopes.push(e);
+                        candidates.push(c);
                     }
-                    Err(Refused::Poison(reason, chain, raw)) => {
-                        insert_dead_letter(uow.tx(), &self.name, &m, reason, &chain, raw, now)
-                            .await?;
-                        poison.push(m);
-                    }
+                    Err(p) => poison.push(p),
                 }
             }
-            uow.commit().await
-        }
-        .await;
-        match result {
-            Ok(r) => {
-                report.appended = r.appended;
-                report.duplicates = r.duplicates;
-                report.dead_lettered = poison.len();
-                metrics::counter!("events_nats_duplicates_total").increment(r.duplicates as u64);
-                Ok(ReceivedBatch {
-                    accepted,
-                    poison,
-                    report,
-                })
+            let attempt = async {
+                let mut uow = self.outbox.begin().await?;
+                for p in &poison {
+                    insert_dead_letter(uow.tx(), &self.name, &messages[p.idx], p, now).await?;
+                }
+                for (c, envelope) in candidates.iter().zip(envelopes) {
+                    let _span =
+                        tracing::debug_span!("receive", event_id = %c.raw.meta.id).entered();
+                    uow.add_received(envelope, c.json.clone(), c.key.clone());
+                }
+                uow.commit().await
             }
-            Err(e) => {
-                let naks = accepted
-                    .iter()
-                    .chain(&poison)
-                    .map(|m| m.ack_with(AckKind::Nak(Some(Duration::from_secs(1)))));
-                let n = futures_util::future::join_all(naks).await.len();
-                metrics::counter!("events_nats_naked_total").increment(n as u64);
-                Err(NatsError::Outbox(e))
+            .await;
+            match attempt {
+                Ok(r) => {
+                    report.appended += r.appended;
+                    report.duplicates += r.duplicates;
+                    accepted.extend(candidates.iter().map(|c| c.idx));
+                    break;
+                }
+                Err(OutboxError::Store(StoreError::Conflict {
+                    aggregate_type,
+                    aggregate_id,
+                    sequence,
+                })) if !candidates.is_empty() => {
+                    let named = |c: &Candidate| {
+                        c.key == aggregate_type
+                            && c.raw.meta.aggregate_id == aggregate_id
+                            && c.raw.meta.sequence == sequence
+                    };
+                    let out: Vec<Candidate> = if candidates.iter().any(named) {
+                        let (out, keep): (Vec<Candidate>, Vec<Candidate>) =
+                            std::mem::take(&mut candidates).into_iter().partition(|c| {
+                                c.key == aggregate_type && c.raw.meta.aggregate_id == aggregate_id
+                            });
+                        candidates = keep;
+                        out
+                    } else {
+                        std::mem::take(&mut candidates)
+                    };
+                    tracing::warn!(
+                        aggregate = %format!("{aggregate_type} {aggregate_id}"),
+                        sequence,
+                        messages = out.len(),
+                        "inbox batch refused: an (aggregate, sequence) conflict; committing those messages one at a time"
+                    );
+                    deferred.extend(out);
+                }
+                Err(e) => return Err(self.give_back(&messages, e).await),
             }
         }
+        deferred.sort_by_key(|c| c.idx);
+        for mut c in deferred {
+            let envelope = match self.envelope(&mut c) {
+                Ok(e) => e,
+                Err(p) => {
+                    if let Err(e) = self.dead_letter_alone(&messages, &p, now).await {
+                        return Err(self.give_back(&messages, e).await);
+                    }
+                    poison.push(p);
+                    continue;
+                }
+            };
+            let attempt = async {
+                let mut uow = self.outbox.begin().await?;
+                uow.add_received(envelope, c.json.clone(), c.key.clone());
+                uow.commit().await
+            }
+            .await;
+            match attempt {
+                Ok(r) => {
+                    report.appended += r.appended;
+                    report.duplicates += r.duplicates;
+                    accepted.push(c.idx);
+                }
+                Err(OutboxError::Store(e @ StoreError::Conflict { .. })) => {
+                    let p = conflicting(c, &e);
+                    if let Err(e) = self.dead_letter_alone(&messages, &p, now).await {
+                        return Err(self.give_back(&messages, e).await);
+                    }
+                    poison.push(p);
+                }
+                Err(e) => return Err(self.give_back(&messages, e).await),
+            }
+        }
+        report.dead_lettered = poison.len();
+        metrics::counter!("events_nats_duplicates_total").increment(report.duplicates as u64);
+        let mut messages: Vec<Option<jetstream::Message>> =
+            messages.into_iter().map(Some).collect();
+        let mut take = |idx: usize| messages[idx].take();
+        let accepted: Vec<jetstream::Message> =
+            accepted.into_iter().filter_map(&mut take).collect();
+        let poison: Vec<jetstream::Message> =
+            poison.into_iter().filter_map(|p| take(p.idx)).collect();
+        Ok(ReceivedBatch {
+            accepted,
+            poison,
+            report,
+        })
+    }
+
+    /// The decoded envelope of `c`: the one `accept` decoded, or decoded again (a retried
+    /// commit consumed it).
+    fn envelope(&self, c: &mut Candidate) -> Result<Box<dyn AnyEnvelope>, Poison> {
+        if let Some(e) = c.envelope.take() {
+            return Ok(e);
+        }
+        self.outbox
+            .dispatcher()
+            .registry()
+            .decode(&c.raw)
+            .map_err(|e| Poison {
+                idx: c.idx,
+                reason: DeadLetterReason::Undecodable,
+                chain: chain(&e),
+                raw: Some(Box::new(c.raw.clone())),
+            })
+    }
+
+    /// Stores one dead letter in a transaction of its own.
+    async fn dead_letter_alone(
+        &self,
+        messages: &[jetstream::Message],
+        p: &Poison,
+        now: i64,
+    ) -> Result<(), OutboxError> {
+        let mut uow = self.outbox.begin().await?;
+        insert_dead_letter(uow.tx(), &self.name, &messages[p.idx], p, now).await?;
+        uow.commit().await.map(|_| ())
+    }
+
+    /// Gives every message of a batch that could not be committed back to the server, to be
+    /// redelivered in a second (those already committed are then skipped as duplicates).
+    async fn give_back(&self, messages: &[jetstream::Message], e: OutboxError) -> NatsError {
+        let naks = messages
+            .iter()
+            .map(|m| m.ack_with(AckKind::Nak(Some(Duration::from_secs(1)))));
+        let n = futures_util::future::join_all(naks).await.len();
+        metrics::counter!("events_nats_naked_total").increment(n as u64);
+        NatsError::Outbox(e)
     }
 
     /// Decodes one message: CloudEvents structured mode, a known (name, version), a payload
@@ -376,7 +553,7 @@ impl NatsInbox {
     fn accept(
         &self,
         m: &jetstream::Message,
-    ) -> Result<(Box<dyn AnyEnvelope>, String, String), Refused> {
+    ) -> Result<(Box<dyn AnyEnvelope>, RawEnvelope, String, String), Refused> {
         let poison = |reason, msg: String, raw| Refused::Poison(reason, vec![msg], raw);
         if let Some(ct) = m.headers.as_ref().and_then(|h| h.get("Content-Type")) {
             if !ct.as_str().starts_with(CONTENT_TYPE) {
@@ -402,7 +579,7 @@ impl NatsInbox {
         match self.outbox.dispatcher().registry().decode(&raw) {
             Ok(envelope) => {
                 let key = format!("{}@{}", raw.meta.aggregate_type, raw.meta.source);
-                Ok((envelope, json.to_owned(), key))
+                Ok((envelope, raw, json.to_owned(), key))
             }
             Err(e) => {
                 let reason = match e {
@@ -546,11 +723,10 @@ async fn insert_dead_letter(
     tx: &mut crate::Tx,
     inbox: &str,
     m: &jetstream::Message,
-    reason: DeadLetterReason,
-    chain: &[String],
-    raw: Option<Box<RawEnvelope>>,
+    p: &Poison,
     now: i64,
 ) -> Result<(), crate::OutboxError> {
+    let (reason, chain, raw) = (&p.reason, &p.chain, &p.raw);
     let info = m.info().ok();
     let broker = BrokerMetadata {
         stream: info.as_ref().map_or("", |i| i.stream).to_owned(),

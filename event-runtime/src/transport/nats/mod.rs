@@ -17,6 +17,14 @@
 //!    delivery rows for its handlers; an event id already there is skipped), and only then
 //!    acknowledges each message and waits for the server to confirm (double ack). Its engine
 //!    runs its handlers with the usual guarantees.
+//! 4. A message the inbox cannot accept is stored in the consuming service's dead letter queue
+//!    (handler `nats-inbox:<durable>`, with its stream, stream sequence, delivery count and
+//!    subject) and terminated, and the rest of its batch flows: one that does not decode
+//!    (`undecodable`), of a name or version this code does not know (`unknown_event`), and one
+//!    whose (aggregate, sequence) the consuming outbox already holds under another event id,
+//!    or that an earlier message of the batch claims (`conflict`: a producer that re-published
+//!    its events with new ids, from a fresh database). A commit that fails otherwise (the
+//!    database is down) dead-letters nothing: the batch is redelivered.
 //!
 //! Delivery is at-least-once on the wire and the outbox makes effects once: the stream drops
 //! a re-publish within its duplicate window, and the inbox drops a redelivery, or a
