@@ -573,6 +573,56 @@ async fn a_conflicting_message_is_dead_lettered_and_the_rest_of_its_batch_flows_
     a_conflicting_message_is_dead_lettered_and_the_rest_of_its_batch_flows(store, "postgres").await;
 }
 
+/// A message the consuming outbox refuses at commit for another reason than a conflict (here
+/// U+0000 in its aggregate id, which PostgreSQL cannot store and every store refuses) is
+/// dead-lettered alone; the others of its batch flow, nothing is redelivered.
+#[tokio::test]
+async fn a_message_refused_at_commit_is_dead_lettered_and_the_rest_flow() {
+    let Some((_client, js, stream, prefix)) = with_stream("refused").await else {
+        return;
+    };
+    let subject = format!("{prefix}.natstest.shipped");
+    let json = |e: &Envelope<Shipped>| serde_json::to_string(e).unwrap();
+    publish(
+        &js,
+        &subject,
+        vec![
+            json(&shipped("R", 1, 1)),
+            json(&shipped("bad\u{0}id", 1, 2)),
+            json(&shipped("S", 1, 3)),
+        ],
+    )
+    .await;
+    let (_, store) = common::sqlite("nats_refused_billing").await;
+    let billing = consumer_on(store).await;
+    let inbox = NatsInbox::new(&js, billing.clone(), inbox_config(&stream, "billing"))
+        .await
+        .unwrap();
+    let r = inbox.receive().await.unwrap();
+    assert_eq!(
+        (r.received, r.appended, r.dead_lettered, r.acked),
+        (3, 2, 1, 2),
+        "{r:?}"
+    );
+    billing.drain(Duration::from_secs(30)).await.unwrap();
+    assert_eq!(effects(&billing).await, (2, 2), "the others flowed");
+    let dead = billing
+        .store()
+        .dead_letters(&Default::default())
+        .await
+        .unwrap();
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert_eq!(dead[0].handler, "nats-inbox:billing");
+    assert!(
+        dead[0].error_chain.iter().any(|e| e.contains("U+0000")),
+        "{:?}",
+        dead[0].error_chain
+    );
+    assert_eq!(inbox.ack_pending().await.unwrap(), 0);
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(inbox.receive().await.unwrap().received, 0);
+}
+
 #[tokio::test]
 async fn an_oversize_envelope_is_refused_at_commit_and_limits_the_broker_refuses_fail_the_check() {
     let Some((client, js, stream, prefix)) = with_stream("oversize").await else {

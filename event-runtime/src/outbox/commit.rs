@@ -142,6 +142,9 @@ impl<'o> OutboxUnitOfWork<'o> {
         for (envelope, received) in self.pending.iter_mut().zip(&self.received) {
             if let Some(r) = received {
                 let meta = envelope.metadata();
+                // The same limits as an event of this service's own (a received one keeps
+                // the producer's text, in its key's aggregate type).
+                storable(&**envelope, &r.aggregate_type, r.json.len(), inner)?;
                 let routes = inner
                     .routes
                     .get(&envelope.event_type_id())
@@ -179,27 +182,7 @@ impl<'o> OutboxUnitOfWork<'o> {
                 name: envelope.name(),
                 source,
             })?;
-            for (field, text) in [
-                ("aggregate type", meta.aggregate_type.as_str()),
-                ("aggregate id", meta.aggregate_id.as_str()),
-            ] {
-                if text.contains('\0') {
-                    return Err(OutboxError::Unstorable {
-                        event_id: meta.id,
-                        name: envelope.name(),
-                        field,
-                    });
-                }
-            }
-            let limit = inner.config.max_envelope_bytes;
-            if json.len() > limit {
-                return Err(OutboxError::TooLarge {
-                    event_id: meta.id,
-                    name: envelope.name(),
-                    bytes: json.len(),
-                    limit,
-                });
-            }
+            storable(&**envelope, &meta.aggregate_type, json.len(), inner)?;
             rows.push(NewEvent {
                 event_id: meta.id,
                 name: envelope.name().to_owned(),
@@ -269,4 +252,38 @@ impl<'o> OutboxUnitOfWork<'o> {
         inner.wake.notify_waiters();
         Ok(report)
     }
+}
+
+/// Refuses what a store cannot keep the same way on every backend: U+0000 in the aggregate
+/// type or id (PostgreSQL cannot store it in text), an envelope of `bytes` over
+/// `max_envelope_bytes`.
+fn storable(
+    envelope: &dyn event_core::AnyEnvelope,
+    aggregate_type: &str,
+    bytes: usize,
+    inner: &super::Inner,
+) -> Result<(), OutboxError> {
+    let meta = envelope.metadata();
+    for (field, text) in [
+        ("aggregate type", aggregate_type),
+        ("aggregate id", meta.aggregate_id.as_str()),
+    ] {
+        if text.contains('\0') {
+            return Err(OutboxError::Unstorable {
+                event_id: meta.id,
+                name: envelope.name(),
+                field,
+            });
+        }
+    }
+    let limit = inner.config.max_envelope_bytes;
+    if bytes > limit {
+        return Err(OutboxError::TooLarge {
+            event_id: meta.id,
+            name: envelope.name(),
+            bytes,
+            limit,
+        });
+    }
+    Ok(())
 }

@@ -221,6 +221,44 @@ fn conflicting(c: Candidate, conflict: &StoreError) -> Poison {
     }
 }
 
+/// The dead-letter reason of a commit error that refuses one message for good (committing it
+/// again would fail again, and block the stream), `None` for one worth retrying (the
+/// database is down, a transient handler failure).
+fn refusal(e: &OutboxError) -> Option<DeadLetterReason> {
+    match e {
+        OutboxError::Store(StoreError::Conflict { .. }) => Some(DeadLetterReason::Conflict),
+        OutboxError::Store(StoreError::SequenceOutOfRange { .. })
+        | OutboxError::TooLarge { .. }
+        | OutboxError::Unstorable { .. } => Some(DeadLetterReason::Undecodable),
+        // A handler that panicked, or failed with a permanent error: it would again.
+        OutboxError::Aborted(c) => match &c.error {
+            Some(source) if !source.0.is_permanent() => None,
+            _ => Some(DeadLetterReason::Permanent),
+        },
+        _ => None,
+    }
+}
+
+/// The dead letter of a message its commit refused for good (`refusal`).
+fn refused(c: Candidate, reason: DeadLetterReason, error: &OutboxError) -> Poison {
+    let m = &c.raw.meta;
+    let mut chain = vec![format!(
+        "event {} ({} {} sequence {}) was refused when committed into this outbox; a replay commits it again once the cause is fixed",
+        m.id, c.key, m.aggregate_id, m.sequence
+    )];
+    let mut source: Option<&dyn std::error::Error> = Some(error);
+    while let Some(e) = source {
+        chain.push(e.to_string());
+        source = e.source();
+    }
+    Poison {
+        idx: c.idx,
+        reason,
+        chain,
+        raw: Some(Box::new(c.raw)),
+    }
+}
+
 impl NatsInbox {
     /// Creates the durable pull consumer (explicit ack) or binds to it, and checks that the
     /// outbox's retention exceeds the consumer's redelivery horizon
@@ -454,6 +492,17 @@ impl NatsInbox {
                     );
                     deferred.extend(out);
                 }
+                // Another refusal of one message (an in-transaction handler that fails for
+                // good, a sequence out of range, U+0000 in an aggregate id, an envelope over
+                // this outbox's limit): not named, so every message alone.
+                Err(e) if refusal(&e).is_some() && !candidates.is_empty() => {
+                    tracing::warn!(
+                        error = %event_core::ErrorChain(&e),
+                        messages = candidates.len(),
+                        "inbox batch refused; committing its messages one at a time"
+                    );
+                    deferred.append(&mut candidates);
+                }
                 Err(e) => return Err(self.give_back(&messages, e).await),
             }
         }
@@ -483,6 +532,14 @@ impl NatsInbox {
                 }
                 Err(OutboxError::Store(e @ StoreError::Conflict { .. })) => {
                     let p = conflicting(c, &e);
+                    if let Err(e) = self.dead_letter_alone(&messages, &p, now).await {
+                        return Err(self.give_back(&messages, e).await);
+                    }
+                    poison.push(p);
+                }
+                Err(e) if refusal(&e).is_some() => {
+                    let reason = refusal(&e).unwrap_or(DeadLetterReason::Permanent);
+                    let p = refused(c, reason, &e);
                     if let Err(e) = self.dead_letter_alone(&messages, &p, now).await {
                         return Err(self.give_back(&messages, e).await);
                     }

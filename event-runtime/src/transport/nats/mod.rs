@@ -23,8 +23,12 @@
 //!    (`undecodable`), of a name or version this code does not know (`unknown_event`), and one
 //!    whose (aggregate, sequence) the consuming outbox already holds under another event id,
 //!    or that an earlier message of the batch claims (`conflict`: a producer that re-published
-//!    its events with new ids, from a fresh database). A commit that fails otherwise (the
-//!    database is down) dead-letters nothing: the batch is redelivered.
+//!    its events with new ids, from a fresh database), and one its commit refuses for good:
+//!    U+0000 in its aggregate, an envelope over this outbox's `max_envelope_bytes` or a
+//!    sequence above `i64::MAX` (`undecodable`), an in-transaction handler of this service
+//!    that fails permanently or panics on it (`permanent`). A commit that fails otherwise (the
+//!    database is down, a handler's transient error) dead-letters nothing: the batch is
+//!    redelivered.
 //!
 //! Delivery is at-least-once on the wire and the outbox makes effects once: the stream drops
 //! a re-publish within its duplicate window, and the inbox drops a redelivery, or a
