@@ -2,6 +2,9 @@
 //! and committed once into this service's outbox (de-duplicated by event id), then
 //! acknowledged. It must not run handlers: the consuming outbox's engine does.
 
+mod config;
+mod dead_letter;
+
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, consumer::pull, AckKind};
@@ -9,162 +12,12 @@ use event_core::{AnyEnvelope, DecodeError, RawEnvelope};
 use futures_util::StreamExt;
 use tokio_util::sync::CancellationToken;
 
+pub use config::{InboxConfig, InboxReport, ReceivedBatch};
+use dead_letter::{chain, insert_dead_letter, refusal, refused, Candidate, Poison, Refused};
+
 use super::{NatsError, CONTENT_TYPE};
-use crate::store::{BrokerMetadata, DeadLetterReason};
-use crate::{Outbox, OutboxError, SqlValue, StoreError};
-
-/// How the inbox consumes: its durable consumer and its batches.
-#[derive(Debug, Clone)]
-pub struct InboxConfig {
-    /// The stream to read.
-    pub stream: String,
-    /// The durable consumer's name: the inbox's identity on the server, and (as
-    /// `nats-inbox:<durable>`) the handler name of its dead letters.
-    pub durable: String,
-    /// One subject filter (nats-server 2.9 takes one); `None`: the whole stream.
-    pub filter_subject: Option<String>,
-    /// Messages fetched and committed at once (default 64).
-    pub batch: usize,
-    /// How long one fetch waits for messages (default 1 s).
-    pub fetch_wait: Duration,
-    /// How long the server waits for the ack of a delivered message before redelivering it
-    /// (default 30 s): comfortably above the time to commit one batch.
-    pub ack_wait: Duration,
-    /// Deliveries of one message at most (default 50). The server stops redelivering a message
-    /// after that, so it is high: a message is acked as soon as its batch commits, and is
-    /// redelivered only while the consuming database is unreachable.
-    pub max_deliver: i64,
-    /// Waits before each redelivery after an ack timeout (default none: `ack_wait` each). At
-    /// most `max_deliver` entries. (A plain Nak redelivers at once: the backoff applies to ack
-    /// timeouts only.)
-    pub backoff: Vec<Duration>,
-    /// Messages delivered and not acked at most (default: `batch`): the consumer never hands
-    /// out more than one batch that this inbox has not settled.
-    pub max_ack_pending: Option<i64>,
-}
-
-impl InboxConfig {
-    /// A durable consumer `durable` of `stream`, with the defaults above.
-    pub fn new(stream: impl Into<String>, durable: impl Into<String>) -> Self {
-        InboxConfig {
-            stream: stream.into(),
-            durable: durable.into(),
-            filter_subject: None,
-            batch: 64,
-            fetch_wait: Duration::from_secs(1),
-            ack_wait: Duration::from_secs(30),
-            max_deliver: 50,
-            backoff: Vec::new(),
-            max_ack_pending: None,
-        }
-    }
-
-    /// The longest a message can be redelivered after its first delivery: the consuming
-    /// outbox must remember its event id that long.
-    pub fn redelivery_horizon(&self) -> Duration {
-        let n = self.max_deliver.max(1) as usize;
-        if self.backoff.is_empty() {
-            return self.ack_wait * n as u32;
-        }
-        (0..n)
-            .map(|i| self.backoff[i.min(self.backoff.len() - 1)])
-            .sum::<Duration>()
-            + self.ack_wait
-    }
-
-    fn validate(&self) -> Result<(), NatsError> {
-        let bad = |m: String| Err(NatsError::Config(m));
-        if self.batch == 0 || self.fetch_wait.is_zero() || self.ack_wait.is_zero() {
-            return bad("batch, fetch_wait and ack_wait must be positive".into());
-        }
-        if self.max_deliver <= 0 {
-            return bad("max_deliver must be positive (an unlimited one has no redelivery horizon for the outbox to cover)".into());
-        }
-        if self.backoff.len() as i64 > self.max_deliver {
-            return bad(format!(
-                "backoff has {} entries, more than max_deliver ({})",
-                self.backoff.len(),
-                self.max_deliver
-            ));
-        }
-        if self.max_ack_pending.is_some_and(|m| m < self.batch as i64) {
-            return bad("max_ack_pending must be at least batch".into());
-        }
-        Ok(())
-    }
-}
-
-/// What receiving did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct InboxReport {
-    /// Messages fetched.
-    pub received: usize,
-    /// Events committed into the outbox.
-    pub appended: usize,
-    /// Events whose id the outbox had already (redeliveries, re-publishes): skipped.
-    pub duplicates: usize,
-    /// Messages put in the dead letter queue (and terminated).
-    pub dead_lettered: usize,
-    /// Acks the server confirmed.
-    pub acked: usize,
-    /// Acks not confirmed (the message will be redelivered and skipped as a duplicate).
-    pub ack_failed: usize,
-}
-
-impl std::ops::AddAssign for InboxReport {
-    fn add_assign(&mut self, o: Self) {
-        self.received += o.received;
-        self.appended += o.appended;
-        self.duplicates += o.duplicates;
-        self.dead_lettered += o.dead_lettered;
-        self.acked += o.acked;
-        self.ack_failed += o.ack_failed;
-    }
-}
-
-/// A fetched batch committed into the outbox, not yet acknowledged. [`ack`](Self::ack) it;
-/// dropped instead, its messages are redelivered after `ack_wait` and skipped as duplicates.
-#[derive(Debug)]
-#[must_use = "a received batch is redelivered unless acked"]
-pub struct ReceivedBatch {
-    accepted: Vec<jetstream::Message>,
-    poison: Vec<jetstream::Message>,
-    report: InboxReport,
-}
-
-impl ReceivedBatch {
-    /// What was committed.
-    pub fn report(&self) -> InboxReport {
-        self.report
-    }
-
-    /// Acknowledges every committed message and terminates every dead-lettered one, each
-    /// confirmed by the server (double ack).
-    ///
-    /// # Cancel safety
-    /// Cancel safe: a message whose ack was not confirmed is redelivered and skipped.
-    pub async fn ack(self) -> InboxReport {
-        let mut report = self.report;
-        let acks = self.accepted.iter().map(|m| m.double_ack());
-        let terms = self.poison.iter().map(|m| m.double_ack_with(AckKind::Term));
-        for r in futures_util::future::join_all(acks).await {
-            match r {
-                Ok(()) => report.acked += 1,
-                Err(e) => {
-                    report.ack_failed += 1;
-                    tracing::warn!(error = %e, "inbox ack not confirmed: the message will be redelivered");
-                }
-            }
-        }
-        metrics::counter!("events_nats_acked_total").increment(report.acked as u64);
-        let terminated = futures_util::future::join_all(terms).await;
-        let ok = terminated.iter().filter(|r| r.is_ok()).count();
-        metrics::counter!("events_nats_terminated_total").increment(ok as u64);
-        report.ack_failed += terminated.len() - ok;
-        report
-    }
-}
+use crate::store::DeadLetterReason;
+use crate::{Outbox, OutboxError, StoreError};
 
 /// The NATS JetStream inbox of a consuming service: see the [module docs](super).
 pub struct NatsInbox {
@@ -181,84 +34,6 @@ impl std::fmt::Debug for NatsInbox {
             .finish_non_exhaustive()
     }
 }
-
-enum Refused {
-    Poison(DeadLetterReason, Vec<String>, Option<Box<RawEnvelope>>),
-}
-
-/// A message of the batch that decoded: `idx` in the batch, its envelope (taken by a commit),
-/// and how it is stored (the JSON as received, keyed `<aggregate type>@<source>`).
-struct Candidate {
-    idx: usize,
-    envelope: Option<Box<dyn AnyEnvelope>>,
-    raw: RawEnvelope,
-    json: String,
-    key: String,
-}
-
-/// A message of the batch that goes to the dead letter queue, and why.
-struct Poison {
-    idx: usize,
-    reason: DeadLetterReason,
-    chain: Vec<String>,
-    raw: Option<Box<RawEnvelope>>,
-}
-
-/// The dead letter of a message whose commit alone failed with `conflict`.
-fn conflicting(c: Candidate, conflict: &StoreError) -> Poison {
-    let m = &c.raw.meta;
-    Poison {
-        idx: c.idx,
-        reason: DeadLetterReason::Conflict,
-        chain: vec![
-            format!(
-                "event {} conflicts with a stored event: {} {} already has sequence {} under another event id (purge this dead letter if the stored event is the one to keep; a replay commits it once that place is free)",
-                m.id, c.key, m.aggregate_id, m.sequence
-            ),
-            conflict.to_string(),
-        ],
-        raw: Some(Box::new(c.raw)),
-    }
-}
-
-/// The dead-letter reason of a commit error that refuses one message for good (committing it
-/// again would fail again, and block the stream), `None` for one worth retrying (the
-/// database is down, a transient handler failure).
-fn refusal(e: &OutboxError) -> Option<DeadLetterReason> {
-    match e {
-        OutboxError::Store(StoreError::Conflict { .. }) => Some(DeadLetterReason::Conflict),
-        OutboxError::Store(StoreError::SequenceOutOfRange { .. })
-        | OutboxError::TooLarge { .. }
-        | OutboxError::Unstorable { .. } => Some(DeadLetterReason::Undecodable),
-        // A handler that panicked, or failed with a permanent error: it would again.
-        OutboxError::Aborted(c) => match &c.error {
-            Some(source) if !source.0.is_permanent() => None,
-            _ => Some(DeadLetterReason::Permanent),
-        },
-        _ => None,
-    }
-}
-
-/// The dead letter of a message its commit refused for good (`refusal`).
-fn refused(c: Candidate, reason: DeadLetterReason, error: &OutboxError) -> Poison {
-    let m = &c.raw.meta;
-    let mut chain = vec![format!(
-        "event {} ({} {} sequence {}) was refused when committed into this outbox; a replay commits it again once the cause is fixed",
-        m.id, c.key, m.aggregate_id, m.sequence
-    )];
-    let mut source: Option<&dyn std::error::Error> = Some(error);
-    while let Some(e) = source {
-        chain.push(e.to_string());
-        source = e.source();
-    }
-    Poison {
-        idx: c.idx,
-        reason,
-        chain,
-        raw: Some(Box::new(c.raw)),
-    }
-}
-
 impl NatsInbox {
     /// Creates the durable pull consumer (explicit ack) or binds to it, and checks that the
     /// outbox's retention exceeds the consumer's redelivery horizon
@@ -530,22 +305,16 @@ impl NatsInbox {
                     report.duplicates += r.duplicates;
                     accepted.push(c.idx);
                 }
-                Err(OutboxError::Store(e @ StoreError::Conflict { .. })) => {
-                    let p = conflicting(c, &e);
-                    if let Err(e) = self.dead_letter_alone(&messages, &p, now).await {
+                Err(e) => {
+                    let Some(reason) = refusal(&e) else {
                         return Err(self.give_back(&messages, e).await);
-                    }
-                    poison.push(p);
-                }
-                Err(e) if refusal(&e).is_some() => {
-                    let reason = refusal(&e).unwrap_or(DeadLetterReason::Permanent);
+                    };
                     let p = refused(c, reason, &e);
                     if let Err(e) = self.dead_letter_alone(&messages, &p, now).await {
                         return Err(self.give_back(&messages, e).await);
                     }
                     poison.push(p);
                 }
-                Err(e) => return Err(self.give_back(&messages, e).await),
             }
         }
         report.dead_lettered = poison.len();
@@ -693,153 +462,4 @@ impl NatsInbox {
         }
         total
     }
-
-    /// Replays this inbox's dead letters `ids`: each is decoded again (a deploy that knows
-    /// its type) and committed into the outbox as if just received, marked replayed, with one
-    /// audit row, all in one transaction. Ids that are not open dead letters of this inbox
-    /// are skipped.
-    ///
-    /// # Errors
-    /// [`NatsError::Replay`] when one still does not decode (nothing is changed);
-    /// [`NatsError::Outbox`] or [`NatsError::Store`].
-    ///
-    /// # Cancel safety
-    /// Cancel safe: dropped before its COMMIT, nothing is changed.
-    pub async fn replay_dead_letters(
-        &self,
-        ids: &[i64],
-        actor: &str,
-        reason: &str,
-    ) -> Result<InboxReport, NatsError> {
-        let store = self.outbox.store();
-        let now = self.outbox.clock().now_ms();
-        let mut uow = self.outbox.begin().await?;
-        let mut done = Vec::new();
-        for &id in ids {
-            let Some(d) = store.dead_letter_by_id(id).await? else {
-                continue;
-            };
-            if d.broker.is_none() || d.handler != self.name || d.resolved_at.is_some() {
-                continue;
-            }
-            let raw = RawEnvelope::from_json(&d.envelope).map_err(|e| NatsError::Replay(id, e))?;
-            let envelope = self
-                .outbox
-                .dispatcher()
-                .registry()
-                .decode(&raw)
-                .map_err(|e| NatsError::Replay(id, e))?;
-            let key = format!("{}@{}", raw.meta.aggregate_type, raw.meta.source);
-            uow.add_received(envelope, d.envelope.clone(), key);
-            uow.tx()
-                .execute(
-                    "UPDATE event_dead_letters SET resolved_at = $1, resolution = 'replayed'
-                     WHERE id = $2 AND resolved_at IS NULL",
-                    &[SqlValue::Int(now), SqlValue::Int(id)],
-                )
-                .await?;
-            done.push(id);
-        }
-        let ids_json = serde_json::to_string(&done).unwrap_or_else(|_| "[]".into());
-        uow.tx()
-            .execute(
-                "INSERT INTO event_audit_log (action, actor, reason, at, dead_letter_ids, count)
-                 VALUES ('replay', $1, $2, $3, $4, $5)",
-                &[
-                    SqlValue::Text(actor),
-                    SqlValue::Text(reason),
-                    SqlValue::Int(now),
-                    SqlValue::Text(&ids_json),
-                    SqlValue::Int(done.len() as i64),
-                ],
-            )
-            .await?;
-        let r = uow.commit().await?;
-        Ok(InboxReport {
-            appended: r.appended,
-            duplicates: r.duplicates,
-            ..InboxReport::default()
-        })
-    }
-}
-
-fn chain(e: &(dyn std::error::Error + 'static)) -> Vec<String> {
-    let mut out = vec![e.to_string()];
-    let mut s = e.source();
-    while let Some(c) = s {
-        out.push(c.to_string());
-        s = c.source();
-    }
-    out
-}
-
-/// Writes a message the inbox cannot accept to the dead letter queue, once per (inbox, event
-/// id): a redelivery of a message already dead-lettered (terminated but not confirmed) adds
-/// nothing.
-async fn insert_dead_letter(
-    tx: &mut crate::Tx,
-    inbox: &str,
-    m: &jetstream::Message,
-    p: &Poison,
-    now: i64,
-) -> Result<(), crate::OutboxError> {
-    let (reason, chain, raw) = (&p.reason, &p.chain, &p.raw);
-    let info = m.info().ok();
-    let broker = BrokerMetadata {
-        stream: info.as_ref().map_or("", |i| i.stream).to_owned(),
-        stream_sequence: info.as_ref().map_or(0, |i| i.stream_sequence),
-        delivery_count: info.as_ref().map_or(1, |i| i.delivered.max(1) as u64),
-        subject: m.subject.to_string(),
-    };
-    let header_id = m
-        .headers
-        .as_ref()
-        .and_then(|h| h.get(async_nats::header::NATS_MESSAGE_ID))
-        .and_then(|v| uuid::Uuid::parse_str(v.as_str()).ok());
-    let event_id = raw
-        .as_ref()
-        .map(|r| r.meta.id)
-        .or(header_id)
-        .unwrap_or_else(|| {
-            // No id of its own: one that is the same on every redelivery.
-            let h = broker
-                .stream
-                .bytes()
-                .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-                    (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
-                });
-            uuid::Uuid::from_u64_pair(h, broker.stream_sequence)
-        })
-        .to_string();
-    let body = String::from_utf8_lossy(&m.payload);
-    let chain_json = serde_json::to_string(chain).unwrap_or_else(|_| "[]".into());
-    let broker_json = serde_json::to_string(&broker).unwrap_or_default();
-    let (name, version) = raw
-        .as_ref()
-        .map_or(("", 0), |r| (r.name.as_str(), i64::from(r.version)));
-    let count = tx
-        .execute(
-            "INSERT INTO event_dead_letters (event_id, handler, name, version, envelope, attempts,
-                first_failed_at, last_failed_at, reason, error_chain, dead_at, kind, broker)
-             SELECT $1, $2, $3, $4, $5, $6, $7, $7, $8, $9, $7, 'inbox', $10
-             WHERE NOT EXISTS (SELECT 1 FROM event_dead_letters
-                 WHERE kind = 'inbox' AND handler = $2 AND event_id = $1)",
-            &[
-                SqlValue::Text(&event_id),
-                SqlValue::Text(inbox),
-                SqlValue::Text(name),
-                SqlValue::Int(version),
-                SqlValue::Text(&body),
-                SqlValue::Int(broker.delivery_count as i64),
-                SqlValue::Int(now),
-                SqlValue::Text(reason.as_str()),
-                SqlValue::Text(&chain_json),
-                SqlValue::Text(&broker_json),
-            ],
-        )
-        .await?;
-    if count > 0 {
-        metrics::counter!("events_nats_dead_lettered_total").increment(1);
-    }
-    Ok(())
 }

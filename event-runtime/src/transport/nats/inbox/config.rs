@@ -1,0 +1,160 @@
+//! The inbox's configuration, its report, and a fetched batch awaiting its acknowledgements.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, AckKind};
+
+use super::super::NatsError;
+
+/// How the inbox consumes: its durable consumer and its batches.
+#[derive(Debug, Clone)]
+pub struct InboxConfig {
+    /// The stream to read.
+    pub stream: String,
+    /// The durable consumer's name: the inbox's identity on the server, and (as
+    /// `nats-inbox:<durable>`) the handler name of its dead letters.
+    pub durable: String,
+    /// One subject filter (nats-server 2.9 takes one); `None`: the whole stream.
+    pub filter_subject: Option<String>,
+    /// Messages fetched and committed at once (default 64).
+    pub batch: usize,
+    /// How long one fetch waits for messages (default 1 s).
+    pub fetch_wait: Duration,
+    /// How long the server waits for the ack of a delivered message before redelivering it
+    /// (default 30 s): comfortably above the time to commit one batch.
+    pub ack_wait: Duration,
+    /// Deliveries of one message at most (default 50). The server stops redelivering a message
+    /// after that, so it is high: a message is acked as soon as its batch commits, and is
+    /// redelivered only while the consuming database is unreachable.
+    pub max_deliver: i64,
+    /// Waits before each redelivery after an ack timeout (default none: `ack_wait` each). At
+    /// most `max_deliver` entries. (A plain Nak redelivers at once: the backoff applies to ack
+    /// timeouts only.)
+    pub backoff: Vec<Duration>,
+    /// Messages delivered and not acked at most (default: `batch`): the consumer never hands
+    /// out more than one batch that this inbox has not settled.
+    pub max_ack_pending: Option<i64>,
+}
+
+impl InboxConfig {
+    /// A durable consumer `durable` of `stream`, with the defaults above.
+    pub fn new(stream: impl Into<String>, durable: impl Into<String>) -> Self {
+        InboxConfig {
+            stream: stream.into(),
+            durable: durable.into(),
+            filter_subject: None,
+            batch: 64,
+            fetch_wait: Duration::from_secs(1),
+            ack_wait: Duration::from_secs(30),
+            max_deliver: 50,
+            backoff: Vec::new(),
+            max_ack_pending: None,
+        }
+    }
+
+    /// The longest a message can be redelivered after its first delivery: the consuming
+    /// outbox must remember its event id that long.
+    pub fn redelivery_horizon(&self) -> Duration {
+        let n = self.max_deliver.max(1) as usize;
+        if self.backoff.is_empty() {
+            return self.ack_wait * n as u32;
+        }
+        (0..n)
+            .map(|i| self.backoff[i.min(self.backoff.len() - 1)])
+            .sum::<Duration>()
+            + self.ack_wait
+    }
+
+    pub(super) fn validate(&self) -> Result<(), NatsError> {
+        let bad = |m: String| Err(NatsError::Config(m));
+        if self.batch == 0 || self.fetch_wait.is_zero() || self.ack_wait.is_zero() {
+            return bad("batch, fetch_wait and ack_wait must be positive".into());
+        }
+        if self.max_deliver <= 0 {
+            return bad("max_deliver must be positive (an unlimited one has no redelivery horizon for the outbox to cover)".into());
+        }
+        if self.backoff.len() as i64 > self.max_deliver {
+            return bad(format!(
+                "backoff has {} entries, more than max_deliver ({})",
+                self.backoff.len(),
+                self.max_deliver
+            ));
+        }
+        if self.max_ack_pending.is_some_and(|m| m < self.batch as i64) {
+            return bad("max_ack_pending must be at least batch".into());
+        }
+        Ok(())
+    }
+}
+
+/// What receiving did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct InboxReport {
+    /// Messages fetched.
+    pub received: usize,
+    /// Events committed into the outbox.
+    pub appended: usize,
+    /// Events whose id the outbox had already (redeliveries, re-publishes): skipped.
+    pub duplicates: usize,
+    /// Messages put in the dead letter queue (and terminated).
+    pub dead_lettered: usize,
+    /// Acks the server confirmed.
+    pub acked: usize,
+    /// Acks not confirmed (the message will be redelivered and skipped as a duplicate).
+    pub ack_failed: usize,
+}
+
+impl std::ops::AddAssign for InboxReport {
+    fn add_assign(&mut self, o: Self) {
+        self.received += o.received;
+        self.appended += o.appended;
+        self.duplicates += o.duplicates;
+        self.dead_lettered += o.dead_lettered;
+        self.acked += o.acked;
+        self.ack_failed += o.ack_failed;
+    }
+}
+
+/// A fetched batch committed into the outbox, not yet acknowledged. [`ack`](Self::ack) it;
+/// dropped instead, its messages are redelivered after `ack_wait` and skipped as duplicates.
+#[derive(Debug)]
+#[must_use = "a received batch is redelivered unless acked"]
+pub struct ReceivedBatch {
+    pub(super) accepted: Vec<jetstream::Message>,
+    pub(super) poison: Vec<jetstream::Message>,
+    pub(super) report: InboxReport,
+}
+
+impl ReceivedBatch {
+    /// What was committed.
+    pub fn report(&self) -> InboxReport {
+        self.report
+    }
+
+    /// Acknowledges every committed message and terminates every dead-lettered one, each
+    /// confirmed by the server (double ack).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a message whose ack was not confirmed is redelivered and skipped.
+    pub async fn ack(self) -> InboxReport {
+        let mut report = self.report;
+        let acks = self.accepted.iter().map(|m| m.double_ack());
+        let terms = self.poison.iter().map(|m| m.double_ack_with(AckKind::Term));
+        for r in futures_util::future::join_all(acks).await {
+            match r {
+                Ok(()) => report.acked += 1,
+                Err(e) => {
+                    report.ack_failed += 1;
+                    tracing::warn!(error = %e, "inbox ack not confirmed: the message will be redelivered");
+                }
+            }
+        }
+        metrics::counter!("events_nats_acked_total").increment(report.acked as u64);
+        let terminated = futures_util::future::join_all(terms).await;
+        let ok = terminated.iter().filter(|r| r.is_ok()).count();
+        metrics::counter!("events_nats_terminated_total").increment(ok as u64);
+        report.ack_failed += terminated.len() - ok;
+        report
+    }
+}
