@@ -465,7 +465,7 @@ impl<D: Dialect> Backend for SqlStore<D> {
         audit_id: i64,
         now: i64,
     ) -> Result<AuditEntry, StoreError> {
-        retarget::finish::<D>(&self.pool, audit_id, now).await
+        resolution::finish::<D>(&self.pool, audit_id, now).await
     }
 
     async fn pending_envelopes(&self) -> Result<Vec<(String, String, String)>, StoreError> {

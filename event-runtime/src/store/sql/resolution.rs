@@ -201,9 +201,13 @@ pub(crate) async fn finish<D: Dialect>(
         &[Arg::I64(now), Arg::I64(audit_id)],
     )
     .await?;
-    load::<D>(pool, audit_id)
+    // Any audit row of an operation in pages (a resolution, a handler's purge or re-target).
+    let sql = format!("SELECT {AUDIT_COLUMNS} FROM event_audit_log WHERE id = $1");
+    rows::<D>(&mut conn, &sql, &[Arg::I64(audit_id)])
         .await?
-        .map(|(entry, _, _)| entry)
+        .first()
+        .map(audit_from_row::<D>)
+        .transpose()?
         .ok_or_else(|| StoreError::Corrupt(format!("audit row {audit_id} disappeared")))
 }
 

@@ -382,24 +382,3 @@ async fn orphans<D: Dialect>(
     done.selected = done.duplicates + done.dead_letters;
     Ok(done)
 }
-
-pub(crate) async fn finish<D: Dialect>(
-    pool: &Pool<D::DB>,
-    audit_id: i64,
-    now: i64,
-) -> Result<AuditEntry, StoreError> {
-    let mut conn = pool.acquire().await.map_err(db)?;
-    execute::<D>(
-        &mut conn,
-        "UPDATE event_audit_log SET finished_at = $1 WHERE id = $2",
-        &[Arg::I64(now), Arg::I64(audit_id)],
-    )
-    .await?;
-    let sql = format!("SELECT {AUDIT_COLUMNS} FROM event_audit_log WHERE id = $1");
-    rows::<D>(&mut conn, &sql, &[Arg::I64(audit_id)])
-        .await?
-        .first()
-        .map(audit_from_row::<D>)
-        .transpose()?
-        .ok_or_else(|| StoreError::Corrupt(format!("audit row {audit_id} disappeared")))
-}
