@@ -576,8 +576,7 @@ async fn a_conflicting_message_is_dead_lettered_and_the_rest_of_its_batch_flows_
 /// A message the consuming outbox refuses at commit for another reason than a conflict (here
 /// U+0000 in its aggregate id, which PostgreSQL cannot store and every store refuses) is
 /// dead-lettered alone; the others of its batch flow, nothing is redelivered.
-#[tokio::test]
-async fn a_message_refused_at_commit_is_dead_lettered_and_the_rest_flow() {
+async fn a_message_refused_at_commit_is_dead_lettered_and_the_rest_flow(store: Store, label: &str) {
     let Some((_client, js, stream, prefix)) = with_stream("refused").await else {
         return;
     };
@@ -589,11 +588,14 @@ async fn a_message_refused_at_commit_is_dead_lettered_and_the_rest_flow() {
         vec![
             json(&shipped("R", 1, 1)),
             json(&shipped("bad\u{0}id", 1, 2)),
+            // Not JSON, with a raw NUL; and a type that quotes one: their dead letters must
+            // be storable (PostgreSQL refuses U+0000 in text).
+            "{\"specversion\":\"1.0\"\u{0}}".to_owned(),
+            json(&shipped("T", 1, 4)).replace("natstest.shipped", "natstest.shipped\\u0000"),
             json(&shipped("S", 1, 3)),
         ],
     )
     .await;
-    let (_, store) = common::sqlite("nats_refused_billing").await;
     let billing = consumer_on(store).await;
     let inbox = NatsInbox::new(&js, billing.clone(), inbox_config(&stream, "billing"))
         .await
@@ -601,26 +603,44 @@ async fn a_message_refused_at_commit_is_dead_lettered_and_the_rest_flow() {
     let r = inbox.receive().await.unwrap();
     assert_eq!(
         (r.received, r.appended, r.dead_lettered, r.acked),
-        (3, 2, 1, 2),
-        "{r:?}"
+        (5, 2, 3, 2),
+        "{label}: {r:?}"
     );
     billing.drain(Duration::from_secs(30)).await.unwrap();
-    assert_eq!(effects(&billing).await, (2, 2), "the others flowed");
+    assert_eq!(
+        effects(&billing).await,
+        (2, 2),
+        "{label}: the others flowed"
+    );
     let dead = billing
         .store()
         .dead_letters(&Default::default())
         .await
         .unwrap();
-    assert_eq!(dead.len(), 1, "{dead:?}");
-    assert_eq!(dead[0].handler, "nats-inbox:billing");
+    assert_eq!(dead.len(), 3, "{label}: {dead:?}");
+    assert!(dead.iter().all(|d| d.handler == "nats-inbox:billing"));
     assert!(
-        dead[0].error_chain.iter().any(|e| e.contains("U+0000")),
-        "{:?}",
-        dead[0].error_chain
+        dead.iter()
+            .any(|d| d.error_chain.iter().any(|e| e.contains("U+0000"))),
+        "{label}: {dead:?}"
     );
     assert_eq!(inbox.ack_pending().await.unwrap(), 0);
     tokio::time::sleep(Duration::from_millis(1200)).await;
     assert_eq!(inbox.receive().await.unwrap().received, 0);
+}
+
+#[tokio::test]
+async fn a_message_refused_at_commit_is_dead_lettered_and_the_rest_flow_sqlite() {
+    let (_, store) = common::sqlite("nats_refused_billing").await;
+    a_message_refused_at_commit_is_dead_lettered_and_the_rest_flow(store, "sqlite").await;
+}
+
+#[tokio::test]
+async fn a_message_refused_at_commit_is_dead_lettered_and_the_rest_flow_postgres() {
+    let Some((_, _, store)) = common::postgres("nats_refused_billing").await else {
+        return;
+    };
+    a_message_refused_at_commit_is_dead_lettered_and_the_rest_flow(store, "postgres").await;
 }
 
 #[tokio::test]

@@ -209,8 +209,15 @@ impl TestOutbox {
     /// Asserts that `handler` has exactly `count` open dead letters, and returns them.
     ///
     /// # Panics
-    /// Otherwise, with the dead letters there are; on a store error.
+    /// Otherwise, with the dead letters there are; when `handler` is not one of the outbox's
+    /// destinations (a misspelt name); on a store error.
     pub async fn assert_dead_letters(&self, handler: &str, count: usize) -> Vec<DeadLetter> {
+        // A misspelt name would match nothing, and "0 dead letters" could never fail.
+        assert!(
+            self.outbox.destinations().iter().any(|d| d == handler),
+            "`{handler}` is not a destination of this outbox; its destinations: {:?}",
+            self.outbox.destinations()
+        );
         let (dead, others): (Vec<DeadLetter>, Vec<DeadLetter>) = self
             .dead_letters()
             .await

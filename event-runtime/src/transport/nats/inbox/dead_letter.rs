@@ -192,12 +192,19 @@ pub(super) async fn insert_dead_letter(
             uuid::Uuid::from_u64_pair(h, broker.stream_sequence)
         })
         .to_string();
-    let body = String::from_utf8_lossy(&m.payload);
-    let chain_json = serde_json::to_string(chain).unwrap_or_else(|_| "[]".into());
+    // Every text as PostgreSQL can store it (it refuses U+0000 in `TEXT`): a body that is not
+    // JSON may hold a raw NUL, a name or an error may quote one. Otherwise the dead letter
+    // itself would fail and block the batch.
+    let body = String::from_utf8_lossy(&m.payload).replace('\0', "\u{FFFD}");
+    let chain: Vec<String> = chain
+        .iter()
+        .map(|c| crate::outbox::text::storable(c))
+        .collect();
+    let chain_json = serde_json::to_string(&chain).unwrap_or_else(|_| "[]".into());
     let broker_json = serde_json::to_string(&broker).unwrap_or_default();
-    let (name, version) = raw
-        .as_ref()
-        .map_or(("", 0), |r| (r.name.as_str(), i64::from(r.version)));
+    let (name, version) = raw.as_ref().map_or((String::new(), 0), |r| {
+        (r.name.replace('\0', "\u{FFFD}"), i64::from(r.version))
+    });
     let count = tx
         .execute(
             "INSERT INTO event_dead_letters (event_id, handler, name, version, envelope, attempts,
@@ -208,7 +215,7 @@ pub(super) async fn insert_dead_letter(
             &[
                 SqlValue::Text(&event_id),
                 SqlValue::Text(inbox),
-                SqlValue::Text(name),
+                SqlValue::Text(&name),
                 SqlValue::Int(version),
                 SqlValue::Text(&body),
                 SqlValue::Int(broker.delivery_count as i64),
