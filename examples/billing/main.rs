@@ -14,6 +14,15 @@
 //! `--crash-after N` aborts the process after N received messages are committed, before
 //! they are acknowledged; running it again redelivers them, skips them as duplicates, and
 //! finishes with exact totals.
+//!
+//! It never ends in a silent partial result: it exits non-zero, saying why on standard error,
+//! when the broker lost or re-created the stream or the consumer it consumes (the identity
+//! recorded in its database on its first start differs: `events nats inbox adopt` after a
+//! check), when the stream removed messages it had not received, and when it would idle out
+//! while NATS is unreachable. Warnings of the framework (broker outages, retries, dead letters)
+//! are logged on standard error; `RUST_LOG` changes the level (default `warn`). Its tables are
+//! created under a lock, so that any number of instances can start together on a fresh
+//! database.
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -22,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use event_core::{event_handler, HandlerError};
-use event_runtime::transport::nats::{InboxConfig, InboxReport, NatsInbox};
+use event_runtime::transport::nats::{self, InboxConfig, InboxReport, NatsInbox};
 use event_runtime::{
     ConnectOptions, Dispatcher, Outbox, OutboxConfig, RetryPolicy, SqlValue, Store, Tx,
 };
@@ -103,6 +112,11 @@ async fn invoice(event: &OrderShipped, tx: &mut Tx) -> Result<(), HandlerError> 
     Ok(())
 }
 
+/// Taken (PostgreSQL) before creating the tables: `CREATE TABLE IF NOT EXISTS` run by two
+/// sessions at once can fail on PostgreSQL's catalog (`pg_type_typname_nsp_index`). SQLite
+/// serialises the writers itself.
+const TABLES_LOCK: &str = "SELECT pg_advisory_xact_lock(7306020231)";
+
 const TABLES: [&str; 3] = [
     "CREATE TABLE IF NOT EXISTS billing_orders (order_id TEXT PRIMARY KEY, region TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS billing_lines (row_id BIGINT PRIMARY KEY, order_id TEXT NOT NULL, sales TEXT NOT NULL)",
@@ -153,6 +167,9 @@ async fn run(args: &Args) -> Result<Summary, Box<dyn std::error::Error>> {
     }
     let store = Store::connect_with(&args.database, &options).await?;
     let mut tx = store.begin().await?;
+    if store.backend_name() == "postgres" {
+        tx.query(TABLES_LOCK).fetch_all().await?;
+    }
     for sql in TABLES {
         tx.execute(sql, &[]).await?;
     }
@@ -178,8 +195,8 @@ async fn run(args: &Args) -> Result<Summary, Box<dyn std::error::Error>> {
             ..OutboxConfig::default()
         })
         .build()?;
-    let client = async_nats::connect(&args.nats).await?;
-    let js = async_nats::jetstream::new(client);
+    let client = nats::connect(&args.nats, "billing").await?;
+    let js = async_nats::jetstream::new(client.clone());
     let inbox = NatsInbox::new(
         &js,
         outbox.clone(),
@@ -199,8 +216,44 @@ async fn run(args: &Args) -> Result<Summary, Box<dyn std::error::Error>> {
     if inbox.ack_pending().await? > 0 {
         idle += inbox.config().ack_wait;
     }
-    while last.elapsed() < idle {
-        let batch = inbox.fetch_and_commit().await?;
+    let mut unreachable_since: Option<Instant> = None;
+    loop {
+        if last.elapsed() >= idle {
+            // Idle because nothing arrives, not because the broker is away.
+            match inbox.verify().await {
+                Ok(()) => break,
+                Err(e) if e.is_fatal() => return Err(e.into()),
+                Err(e) => {
+                    let since = *unreachable_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() >= Duration::from_secs(args.idle_exit) {
+                        return Err(format!(
+                            "NATS at {} has been unreachable for {} s and billing would idle out: the summary would be partial ({})",
+                            nats::redact_url(&args.nats),
+                            since.elapsed().as_secs(),
+                            event_core::ErrorChain(&e)
+                        )
+                        .into());
+                    }
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+            }
+        }
+        let batch = match inbox.fetch_and_commit().await {
+            Ok(batch) => batch,
+            Err(e) if e.is_fatal() => return Err(e.into()),
+            Err(e) => {
+                // Logged by the connection's own lines too; retried, its messages redelivered.
+                eprintln!(
+                    "billing: NATS at {}: {}; retrying",
+                    nats::redact_url(&args.nats),
+                    event_core::ErrorChain(&e)
+                );
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        unreachable_since = None;
         let r = batch.report();
         if args
             .crash_after
@@ -247,6 +300,14 @@ async fn run(args: &Args) -> Result<Summary, Box<dyn std::error::Error>> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    // The framework's warnings (broker outages, retries, dead letters) on standard error.
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
     let args = Args::parse();
     match run(&args).await {
         Ok(s) => {
@@ -262,7 +323,7 @@ async fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("error: {}", event_core::ErrorChain(&*e));
+            eprintln!("billing: error: {}", event_core::ErrorChain(&*e));
             ExitCode::FAILURE
         }
     }

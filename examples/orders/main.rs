@@ -25,6 +25,15 @@ async fn main() -> ExitCode {
     if argv.get(1).is_some_and(|a| a == "events") {
         return events(argv).await;
     }
+    // The framework's warnings (broker outages, retries, dead letters) on standard error;
+    // `RUST_LOG` changes the level.
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
     let args = Args::parse_from(argv);
     let report = match orders::run(&args).await {
         Ok(report) => report,
@@ -39,6 +48,14 @@ async fn main() -> ExitCode {
         .and_then(|()| stdout.flush());
     if let Err(e) = printed {
         eprintln!("error: cannot write the report: {e}");
+        return ExitCode::FAILURE;
+    }
+    if report.relay_dead_letters > 0 {
+        eprintln!(
+            "error: {} events never reached NATS: the relay's deliveries are in the dead letter queue; see `orders events dlq list --handler {}`",
+            report.relay_dead_letters,
+            report.relay.as_deref().unwrap_or("nats:…")
+        );
         return ExitCode::FAILURE;
     }
     if report.projection_dead_letters > 0 {

@@ -22,6 +22,8 @@
 //!                          and the engine can read every delivery row)
 //!   nats stream create|check [NAME] [--nats URL] [--subject S]... [--duplicate-window SECS]
 //!                         [--max-msg-size BYTES]   (feature `nats`; NATS only, no database)
+//!   nats inbox show DURABLE [--stream S] [--nats URL]         (feature `nats`)
+//!   nats inbox adopt DURABLE --reason TEXT [--actor WHO] [--stream S] [--nats URL]
 //! ```
 //!
 //! - `--database URL` (or `EVENTS_DATABASE_URL`) names the store: `sqlite://PATH` or
@@ -611,6 +613,10 @@ async fn execute_io(cli: Cli, app: App<'_>, io: &mut Io<'_>) -> Result<(), CliEr
         }
         #[cfg(feature = "nats")]
         Command::Nats(nats::NatsCommand::Stream(command)) => nats::stream(command, io).await,
+        #[cfg(feature = "nats")]
+        Command::Nats(nats::NatsCommand::Inbox(command)) => {
+            nats::inbox(&target, command, io).await
+        }
     }
 }
 

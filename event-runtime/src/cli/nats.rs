@@ -1,18 +1,128 @@
 //! `events nats stream create|check`: the stream the relay publishes to, created or verified
-//! with [`StreamSpec`]. Talks to NATS only, never to the database.
+//! with [`StreamSpec`] (NATS only, never the database); `events nats inbox show|adopt`: the
+//! stream and consumer an inbox recorded in its store, against what the server has.
 
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
 
-use super::{CliError, Io};
-use crate::transport::nats::{StreamShape, StreamSpec};
+use super::resolve::actor;
+use super::{CliError, Io, Target};
+use crate::transport::nats::{observe_identity, StreamShape, StreamSpec};
+use crate::InboxIdentity;
 
 #[derive(Debug, Subcommand)]
 pub(super) enum NatsCommand {
     /// JetStream streams: create, check
     #[command(subcommand)]
     Stream(StreamCommand),
+    /// An inbox's recorded stream and consumer: show, adopt (needs --database)
+    #[command(subcommand)]
+    Inbox(InboxCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub(super) enum InboxCommand {
+    /// Show the stream and consumer the inbox recorded, and what the server has now
+    Show(InboxArgs),
+    /// Record what the server has now as the stream and consumer the inbox consumes, after a
+    /// broker lost or re-created them (audited). Check first what was lost: the inbox stops
+    /// on a changed identity because events published before may never arrive.
+    Adopt {
+        #[command(flatten)]
+        inbox: InboxArgs,
+        /// Why (written to the audit log)
+        #[arg(long)]
+        reason: String,
+        /// Who (written to the audit log; default: the login name)
+        #[arg(long)]
+        actor: Option<String>,
+    },
+}
+
+#[derive(Debug, Args)]
+pub(super) struct InboxArgs {
+    /// The inbox's durable consumer name (its dead letters' handler is `nats-inbox:NAME`)
+    durable: String,
+    /// The stream it consumes
+    #[arg(long, default_value = "EVENTS")]
+    stream: String,
+    /// NATS server URL [env: EVENTS_NATS_URL]
+    #[arg(long, value_name = "URL")]
+    nats: Option<String>,
+}
+
+fn nats_url(given: Option<String>) -> String {
+    given
+        .or_else(|| std::env::var("EVENTS_NATS_URL").ok())
+        .unwrap_or_else(|| "nats://127.0.0.1:4222".into())
+}
+
+pub(super) async fn inbox(
+    target: &Target<'_>,
+    command: InboxCommand,
+    io: &mut Io<'_>,
+) -> Result<(), CliError> {
+    let (args, adopt) = match command {
+        InboxCommand::Show(a) => (a, None),
+        InboxCommand::Adopt {
+            inbox,
+            reason,
+            actor,
+        } => (inbox, Some((reason, actor))),
+    };
+    let adopt = match adopt {
+        Some((reason, given)) => {
+            let reason = reason.trim().to_owned();
+            if reason.is_empty() {
+                return Err(CliError::Refused(
+                    "--reason must say why: it is written to the audit log; nothing was adopted"
+                        .into(),
+                ));
+            }
+            Some((reason, actor(given.as_deref(), "adopted")?))
+        }
+        None => None,
+    };
+    let name = format!("nats-inbox:{}", args.durable);
+    let store = target.connect().await?;
+    let recorded = store.inbox_identity(&name).await?;
+    let client = crate::transport::nats::connect(&nats_url(args.nats), "events")
+        .await
+        .map_err(CliError::Nats)?;
+    let js = async_nats::jetstream::new(client);
+    let found = observe_identity(&js, &args.stream, &args.durable)
+        .await
+        .map_err(CliError::Nats)?;
+    let found = InboxIdentity::new(&name, &args.stream, found.0, found.1);
+    let shown = |i: &Option<InboxIdentity>| i.as_ref().map_or("nothing".into(), |i| i.describe());
+    writeln!(io.out, "inbox {name}")?;
+    writeln!(io.out, "  recorded  {}", shown(&recorded))?;
+    writeln!(io.out, "  server    {}", found.describe())?;
+    let same = recorded.as_ref().is_some_and(|r| {
+        r.stream == found.stream
+            && r.stream_created == found.stream_created
+            && r.consumer_created == found.consumer_created
+    });
+    match adopt {
+        None if same => writeln!(io.out, "the same: the inbox consumes it")?,
+        None => writeln!(
+            io.out,
+            "they differ: the inbox refuses to consume until `events nats inbox adopt {}` records the server's",
+            args.durable
+        )?,
+        Some(_) if same => writeln!(io.out, "already recorded; nothing was changed")?,
+        Some((reason, actor)) => {
+            let entry = store.adopt_inbox_identity(&found, &actor, &reason).await?;
+            writeln!(
+                io.out,
+                "adopted: the inbox consumes {} (audit row {})",
+                found.describe(),
+                entry.id
+            )?;
+        }
+    }
+    Ok(())
 }
 
 #[derive(Debug, Subcommand)]
@@ -47,16 +157,9 @@ pub(super) async fn stream(command: StreamCommand, io: &mut Io<'_>) -> Result<()
         StreamCommand::Create(a) => (true, a),
         StreamCommand::Check(a) => (false, a),
     };
-    let url = args
-        .nats
-        .or_else(|| std::env::var("EVENTS_NATS_URL").ok())
-        .unwrap_or_else(|| "nats://127.0.0.1:4222".into());
-    let client = async_nats::connect(&url).await.map_err(|e| {
-        CliError::Nats(crate::transport::nats::NatsError::Broker(
-            "connect",
-            e.into(),
-        ))
-    })?;
+    let client = crate::transport::nats::connect(&nats_url(args.nats), "events")
+        .await
+        .map_err(CliError::Nats)?;
     let js = async_nats::jetstream::new(client);
     let mut spec = StreamSpec::new(&args.name)
         .subjects(args.subjects)

@@ -82,6 +82,7 @@ impl Outbox {
                 return Decision::Dead {
                     attempts: d.attempts,
                     reason,
+                    failed_at: now,
                     chain: chain.iter().map(|c| storable(c)).collect(),
                 }
             }
@@ -113,6 +114,7 @@ impl Outbox {
             return Decision::Dead {
                 attempts,
                 reason,
+                failed_at: now,
                 chain,
             };
         }
@@ -134,6 +136,7 @@ impl Outbox {
         Decision::Retry {
             attempts,
             next_attempt_at: now + wait.as_millis() as i64,
+            failed_at: now,
             error: chain.join(": "),
         }
     }
@@ -607,6 +610,7 @@ pub(crate) fn log_dead_letter(d: &Decided) {
         attempts,
         reason,
         chain,
+        ..
     } = &d.decision
     {
         metrics::counter!("events_deliveries_dead_lettered_total", "handler" => d.destination.clone())

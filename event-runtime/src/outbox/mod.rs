@@ -31,6 +31,7 @@ mod error;
 mod gauges;
 mod lease;
 mod pause;
+pub(crate) use pause::human;
 mod retention;
 pub(crate) mod retry;
 mod settle;
@@ -41,7 +42,6 @@ mod workers;
 use std::any::TypeId;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 use event_core::DeliveryMode;
 use tokio::sync::{Notify, Semaphore};
@@ -85,7 +85,7 @@ pub(crate) struct Inner {
     /// The lease tokens of this process's running delivery loops.
     pub(crate) live_leases: Mutex<Vec<String>>,
     /// Destinations this process paused as unavailable: when to look again, how often.
-    pub(crate) runtime_paused: Mutex<HashMap<String, (Instant, Duration)>>,
+    pub(crate) runtime_paused: Mutex<HashMap<String, pause::Outage>>,
     #[cfg(feature = "fault-injection")]
     pub(crate) fault: Option<FaultHook>,
 }

@@ -15,9 +15,27 @@ use crate::store::backend::Pause;
 /// `paused_by` of the pauses the engine writes when a destination is unavailable.
 pub(crate) const RUNTIME: &str = "runtime";
 
+/// How often a destination that stays unavailable is logged again.
+const LOG_EVERY: Duration = Duration::from_secs(60);
+
+/// One destination this process paused as unavailable.
+pub(crate) struct Outage {
+    /// When to ask the destination again.
+    next_probe: Instant,
+    /// How often to ask.
+    every: Duration,
+    /// Since when it is unavailable.
+    since: Instant,
+    /// When it was last logged as unavailable.
+    logged: Instant,
+    /// Why, as the destination first said.
+    reason: String,
+}
+
 impl Outbox {
     /// Pauses `dest` in the store (for every worker) because it is unavailable, until this
-    /// process sees it available again.
+    /// process sees it available again. Logged when the outage starts, then at most once a
+    /// minute while it lasts.
     pub(crate) async fn pause_unavailable(
         &self,
         dest: &Resolved,
@@ -30,17 +48,36 @@ impl Outbox {
                 .runtime_paused
                 .lock()
                 .unwrap_or_else(|e| e.into_inner());
-            paused
-                .insert(
-                    dest.name.clone(),
-                    (Instant::now() + retry_after, retry_after),
-                )
-                .is_none()
+            let now = Instant::now();
+            match paused.get_mut(&dest.name) {
+                Some(o) => {
+                    o.next_probe = now + retry_after;
+                    o.every = retry_after;
+                    false
+                }
+                None => {
+                    paused.insert(
+                        dest.name.clone(),
+                        Outage {
+                            next_probe: now + retry_after,
+                            every: retry_after,
+                            since: now,
+                            logged: now,
+                            reason: reason.to_owned(),
+                        },
+                    );
+                    true
+                }
+            }
         };
         if newly {
             tracing::warn!(handler = %dest.name, reason, retry_after_ms = retry_after.as_millis() as u64, "destination unavailable: paused until it is back (no attempts are used)");
             metrics::gauge!("events_destination_paused", "handler" => dest.name.clone()).set(1.0);
         }
+        self.record_pause(dest, reason, retry_after).await;
+    }
+
+    async fn record_pause(&self, dest: &Resolved, reason: &str, retry_after: Duration) {
         let now = self.inner.clock.now_ms();
         let pause = Pause {
             destination: dest.name.clone(),
@@ -64,9 +101,10 @@ impl Outbox {
     }
 
     /// Asks every destination this process paused whether it is back; resumes those that
-    /// are and renews the pause of the others.
+    /// are (logged with the outage's length) and renews the pause of the others (logged at
+    /// most once a minute).
     pub(crate) async fn probe_paused(&self) {
-        let due: Vec<(String, Duration)> = {
+        let due: Vec<String> = {
             let paused = self
                 .inner
                 .runtime_paused
@@ -75,11 +113,11 @@ impl Outbox {
             let now = Instant::now();
             paused
                 .iter()
-                .filter(|(_, (at, _))| *at <= now)
-                .map(|(name, (_, every))| (name.clone(), *every))
+                .filter(|(_, o)| o.next_probe <= now)
+                .map(|(name, _)| name.clone())
                 .collect()
         };
-        for (name, every) in due {
+        for name in due {
             let Some(dest) = self.inner.destinations.get(&name).cloned() else {
                 continue;
             };
@@ -87,15 +125,34 @@ impl Outbox {
                 Target::External(d) => d.available().await,
                 Target::Handler { .. } => true,
             };
-            if back {
-                self.inner
+            // Decided under the lock, written to the store after it.
+            let step = {
+                let mut paused = self
+                    .inner
                     .runtime_paused
                     .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .remove(&name);
-                match self.inner.store.backend().resume(&name, RUNTIME).await {
+                    .unwrap_or_else(|e| e.into_inner());
+                let Some(outage) = paused.get_mut(&name) else {
+                    continue;
+                };
+                let now = Instant::now();
+                let lasted = now - outage.since;
+                if back {
+                    paused.remove(&name);
+                    Ok(lasted)
+                } else {
+                    outage.next_probe = now + outage.every;
+                    if now - outage.logged >= LOG_EVERY {
+                        outage.logged = now;
+                        tracing::warn!(handler = %name, outage_s = lasted.as_secs_f64().round(), reason = %outage.reason, "destination still unavailable after {}: deliveries held back (no attempts are used)", human(lasted));
+                    }
+                    Err((outage.every, outage.reason.clone()))
+                }
+            };
+            match step {
+                Ok(lasted) => match self.inner.store.backend().resume(&name, RUNTIME).await {
                     Ok(_) => {
-                        tracing::info!(handler = %name, "destination available again: resumed");
+                        tracing::info!(handler = %name, outage_s = lasted.as_secs_f64().round(), "destination available again after {}: resumed", human(lasted));
                         metrics::gauge!("events_destination_paused", "handler" => name.clone())
                             .set(0.0);
                         self.inner.wake.notify_waiters();
@@ -103,20 +160,22 @@ impl Outbox {
                     Err(e) => {
                         tracing::warn!(handler = %name, error = %ErrorChain(&e), "lifting the pause failed; it lapses by itself")
                     }
-                }
-            } else {
-                self.pause_unavailable(&dest, "still unavailable", every)
-                    .await;
-                if let Some(entry) = self
-                    .inner
-                    .runtime_paused
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .get_mut(&name)
-                {
-                    entry.0 = Instant::now() + every;
+                },
+                Err((every, reason)) => {
+                    self.record_pause(&dest, &format!("still unavailable: {reason}"), every)
+                        .await
                 }
             }
         }
+    }
+}
+
+/// A duration as an operator reads it in a log line: `42 s`, `3 min 5 s`.
+pub(crate) fn human(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0..=59 => format!("{:.1} s", d.as_secs_f64()),
+        60..=3599 => format!("{} min {} s", s / 60, s % 60),
+        _ => format!("{} h {} min", s / 3600, (s % 3600) / 60),
     }
 }

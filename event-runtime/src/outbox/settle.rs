@@ -27,11 +27,14 @@ pub(crate) enum Decision {
     Retry {
         attempts: u32,
         next_attempt_at: i64,
+        /// When the attempt failed (ms): the retry's backoff counts from it.
+        failed_at: i64,
         error: String,
     },
     Dead {
         attempts: u32,
         reason: DeadLetterReason,
+        failed_at: i64,
         chain: Vec<String>,
     },
     /// Not attempted: given back.
@@ -62,19 +65,23 @@ impl Decided {
             Decision::Retry {
                 attempts,
                 next_attempt_at,
+                failed_at,
                 error,
             } => SettleOutcome::Retry {
                 attempts: *attempts,
                 next_attempt_at: *next_attempt_at,
+                failed_at: *failed_at,
                 error,
             },
             Decision::Dead {
                 attempts,
                 reason,
+                failed_at,
                 chain,
             } => SettleOutcome::Dead {
                 attempts: *attempts,
                 reason: reason.as_str(),
+                failed_at: *failed_at,
                 chain,
             },
             Decision::Release => SettleOutcome::Release,

@@ -150,6 +150,9 @@ pub enum SettleOutcome<'a> {
         attempts: u32,
         /// When it is due again, ms.
         next_attempt_at: i64,
+        /// When the attempt failed, ms: stored as `last_failed_at` (and `first_failed_at` on
+        /// the first failure), never later than `next_attempt_at`.
+        failed_at: i64,
         /// The error, already made storable.
         error: &'a str,
     },
@@ -159,6 +162,8 @@ pub enum SettleOutcome<'a> {
         attempts: u32,
         /// The reason, as stored.
         reason: &'a str,
+        /// When the last attempt failed (or the delivery was found undeliverable), ms.
+        failed_at: i64,
         /// The error chain, outermost first, already made storable.
         chain: &'a [String],
     },

@@ -16,6 +16,7 @@
 #![doc = include_str!("portable_sql.md")]
 
 pub mod backend;
+mod inbox;
 mod operator;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
@@ -38,6 +39,7 @@ use chrono::{DateTime, Utc};
 use futures_util::future::BoxFuture;
 
 pub use backend::{Backend, BackendTransaction};
+pub use inbox::InboxIdentity;
 pub use query::{Query, Row};
 pub use resolve::RESOLVE_PAGE;
 pub use tx::{SqlValue, Tx};
@@ -304,6 +306,7 @@ fn backend_for(url: &str) -> Result<&'static BackendEntry, StoreError> {
 /// | `event_paused_destinations` | pause of a destination | `destination`, `paused_by`, `reason`, `expires_at` (runtime pauses) |
 /// | `event_dead_letters` | delivery that failed for good | original `envelope`, `handler`, `attempts`, first and last failure time, `reason`, `error_chain` (JSON array), `resolved_at` / `resolution` after a replay or purge |
 /// | `event_audit_log` | replay or purge | `action`, `actor`, `reason`, `at`, `dead_letter_ids` (JSON array), `count` |
+/// | `event_inbox_identity` | transport inbox | `inbox`, `stream`, `stream_created`, `consumer_created` (the broker's creation times: [`InboxIdentity`]) |
 ///
 /// Cheap to clone (an `Arc`).
 #[derive(Debug, Clone)]

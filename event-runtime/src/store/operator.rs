@@ -121,7 +121,7 @@ impl Store {
 }
 
 /// Appends an audit row that names no dead letters.
-async fn audit(
+pub(super) async fn audit(
     tx: &mut super::Tx,
     action: &'static str,
     actor: &str,

@@ -276,10 +276,10 @@ pub async fn connect_nats(
     stream: &str,
     subject_prefix: &str,
 ) -> Result<async_nats::Client, RunError> {
-    use event_runtime::transport::nats::{NatsError, StreamSpec};
-    let client = async_nats::connect(url)
+    use event_runtime::transport::nats::StreamSpec;
+    let client = event_runtime::transport::nats::connect(url, "orders")
         .await
-        .map_err(|e| RunError::Nats(NatsError::Broker("connect", e.into())))?;
+        .map_err(RunError::Nats)?;
     let js = async_nats::jetstream::new(client.clone());
     StreamSpec::new(stream)
         .subjects([format!("{subject_prefix}.>")])
@@ -438,9 +438,14 @@ pub struct Report {
     pub rejections: Vec<Rejection>,
     /// Open dead letters by (handler, reason, first line of the error).
     pub dead_letters: BTreeMap<(String, String), u64>,
-    /// Open dead letters of handlers other than the ERP export: events some projection
-    /// misses, so the totals are incomplete (replay them with `orders events dlq replay`).
+    /// Open dead letters of handlers other than the ERP export and the relay: events some
+    /// projection misses, so the totals are incomplete (replay them with `orders events dlq
+    /// replay`).
     pub projection_dead_letters: u64,
+    /// The NATS relay's destination name (`nats:<stream>`), with `--nats`.
+    pub relay: Option<String>,
+    /// Open dead letters of the relay: events that never reached NATS.
+    pub relay_dead_letters: u64,
     /// Confirmations that repeat an order (0 unless an effect ran twice).
     pub repeated_notifications: u64,
     /// The confirmation of the order shipped first, as a sample.
@@ -1046,10 +1051,17 @@ fn report(
             .entry((d.handler.clone(), d.reason.to_string()))
             .or_default() += 1;
     }
+    let relay = args.nats.as_ref().map(|_| format!("nats:{}", args.stream));
+    let is_relay = |h: &str| relay.as_deref() == Some(h) || h.starts_with("nats:");
     let projection_dead_letters = m
         .dead_letters
         .iter()
-        .filter(|d| d.handler != ERP_EXPORT)
+        .filter(|d| d.handler != ERP_EXPORT && !is_relay(&d.handler))
+        .count() as u64;
+    let relay_dead_letters = m
+        .dead_letters
+        .iter()
+        .filter(|d| is_relay(&d.handler))
         .count() as u64;
 
     let summary = Summary {
@@ -1108,6 +1120,8 @@ fn report(
         rejections: m.rejections,
         dead_letters,
         projection_dead_letters,
+        relay,
+        relay_dead_letters,
         repeated_notifications: m.notifications - m.notified_orders,
         sample_confirmation: m.first_confirmation,
     }

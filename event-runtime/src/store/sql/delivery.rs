@@ -175,20 +175,23 @@ pub(crate) async fn settle<D: Dialect>(
             SettleOutcome::Retry {
                 attempts,
                 next_attempt_at,
+                failed_at,
                 error,
             } => {
                 contained::<D, _>(conn, contain, async |c| {
-                    retry::<D>(c, token, now, s, &ids[i], attempts, next_attempt_at, error).await
+                    retry::<D>(c, token, failed_at, s, &ids[i], attempts, next_attempt_at, error)
+                        .await
                 })
                 .await
             }
             SettleOutcome::Dead {
                 attempts,
                 reason,
+                failed_at,
                 chain,
             } => {
                 contained::<D, _>(conn, contain, async |c| {
-                    dead::<D>(c, token, now, s, &ids[i], attempts, reason, chain).await
+                    dead::<D>(c, token, now, failed_at, s, &ids[i], attempts, reason, chain).await
                 })
                 .await
             }
@@ -321,7 +324,7 @@ async fn release<D: Dialect>(
 async fn retry<D: Dialect>(
     conn: &mut Conn<D>,
     token: &str,
-    now: i64,
+    failed_at: i64,
     s: &Settlement<'_>,
     id: &str,
     attempts: u32,
@@ -337,7 +340,7 @@ async fn retry<D: Dialect>(
             Arg::I64(next_attempt_at),
             Arg::Str(error),
             Arg::I64(i64::from(attempts)),
-            Arg::I64(now),
+            Arg::I64(failed_at),
             Arg::Str(s.destination),
             Arg::Str(id),
             Arg::Str(token),
@@ -348,12 +351,14 @@ async fn retry<D: Dialect>(
 }
 
 /// Moves a leased delivery to the dead letter queue, with the envelope copied from the
-/// outbox byte for byte. False when the lease was lost.
+/// outbox byte for byte: dead at `now`, its last failure at `failed_at`. False when the lease
+/// was lost.
 #[allow(clippy::too_many_arguments)]
 async fn dead<D: Dialect>(
     conn: &mut Conn<D>,
     token: &str,
     now: i64,
+    failed_at: i64,
     s: &Settlement<'_>,
     id: &str,
     attempts: u32,
@@ -371,7 +376,7 @@ async fn dead<D: Dialect>(
         &[
             Arg::I64(i64::from(attempts)),
             Arg::Str(&last),
-            Arg::I64(now),
+            Arg::I64(failed_at),
             Arg::Str(s.destination),
             Arg::Str(id),
             Arg::Str(token),
@@ -383,21 +388,22 @@ async fn dead<D: Dialect>(
     };
     let first_failed = D::DB::get_opt_i64(row, "first_failed_at")
         .map_err(db)?
-        .unwrap_or(now);
+        .unwrap_or(failed_at);
     execute::<D>(
         conn,
         "INSERT INTO event_dead_letters \
              (event_id, handler, name, version, envelope, attempts, first_failed_at, last_failed_at, reason, error_chain, dead_at) \
-         SELECT o.event_id, $2, o.name, o.version, o.envelope, $3, $4, $5, $6, $7, $5 \
+         SELECT o.event_id, $2, o.name, o.version, o.envelope, $3, $4, $5, $6, $7, $8 \
          FROM event_outbox o WHERE o.event_id = $1",
         &[
             Arg::Str(id),
             Arg::Str(s.destination),
             Arg::I64(i64::from(attempts)),
             Arg::I64(first_failed),
-            Arg::I64(now),
+            Arg::I64(failed_at),
             Arg::Str(reason),
             Arg::Str(&chain_json),
+            Arg::I64(now.max(failed_at)),
         ],
     )
     .await?;
@@ -416,16 +422,25 @@ async fn unrecordable<D: Dialect>(
     id: &str,
     refused: StoreError,
 ) -> SettleResult {
-    let attempts = match s.outcome {
-        SettleOutcome::Retry { attempts, .. } | SettleOutcome::Dead { attempts, .. } => attempts,
-        _ => 0,
+    let (attempts, failed_at) = match s.outcome {
+        SettleOutcome::Retry {
+            attempts,
+            failed_at,
+            ..
+        }
+        | SettleOutcome::Dead {
+            attempts,
+            failed_at,
+            ..
+        } => (attempts, failed_at),
+        _ => (0, now),
     };
     let chain = vec![crate::outbox::text::storable(&format!(
         "the outcome of this delivery could not be recorded: {}",
         event_core::ErrorChain(&refused)
     ))];
     let r = contained::<D, _>(conn, true, async |c| {
-        dead::<D>(c, token, now, s, id, attempts, "unrecordable", &chain).await
+        dead::<D>(c, token, now, failed_at, s, id, attempts, "unrecordable", &chain).await
     })
     .await;
     match r {

@@ -67,9 +67,10 @@ mod inbox;
 mod relay;
 mod stream;
 
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-pub use inbox::{InboxConfig, InboxReport, NatsInbox, ReceivedBatch};
+pub use inbox::{InboxConfig, InboxReport, NatsInbox, ReceivedBatch, IDENTITY_CHECK_INTERVAL};
 pub use relay::{NatsRelay, RelayConfig};
 pub use stream::{StreamShape, StreamSpec};
 
@@ -82,9 +83,49 @@ pub const CONTENT_TYPE: &str = "application/cloudevents+json";
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum NatsError {
+    /// Connecting failed ([`connect`]): the server is not reachable at that URL, or refused
+    /// the client.
+    #[error("{component}: cannot connect to NATS at {url}")]
+    Connect {
+        /// Which part of the application connected (the client's name).
+        component: String,
+        /// The URL, credentials masked.
+        url: String,
+        /// Why (the operating system's, TLS's or the server's error).
+        #[source]
+        source: async_nats::Error,
+    },
     /// Talking to the server failed.
     #[error("NATS: {0} failed")]
     Broker(&'static str, #[source] async_nats::Error),
+    /// The stream or the durable consumer an inbox consumes is not the one it recorded in its
+    /// store on its first start: deleted, or deleted and created anew (a wiped or replaced
+    /// broker). Messages published before may never arrive, so the inbox stops rather than
+    /// report a partial result as complete. After checking what was lost (and re-publishing
+    /// it from the producer where it still has it), record the new identity with
+    /// `events nats inbox adopt` ([`Store::adopt_inbox_identity`](crate::Store::adopt_inbox_identity)).
+    #[error("inbox `{inbox}`: the broker no longer has what it consumed (recorded: {recorded}; found: {found}); events published before may never arrive: check, then record the new identity with `events nats inbox adopt`")]
+    IdentityChanged {
+        /// The inbox (`nats-inbox:<durable>`).
+        inbox: String,
+        /// What the store recorded.
+        recorded: String,
+        /// What the server has now.
+        found: String,
+    },
+    /// The stream removed messages the inbox's consumer had not acknowledged: its first
+    /// sequence passed the consumer's ack floor (the stream's limits, a purge, lost storage).
+    #[error("inbox `{inbox}`: stream `{stream}` starts at sequence {first_sequence}, but the consumer acknowledged only up to {ack_floor}: messages {} to {} were removed before they were received", ack_floor + 1, first_sequence - 1)]
+    MessagesLost {
+        /// The inbox (`nats-inbox:<durable>`).
+        inbox: String,
+        /// The stream.
+        stream: String,
+        /// The stream's first sequence now.
+        first_sequence: u64,
+        /// The consumer's ack floor (stream sequence).
+        ack_floor: u64,
+    },
     /// No stream of that name.
     #[error("there is no JetStream stream `{0}` (create it with StreamSpec::create or `events nats stream create`)")]
     NoStream(String),
@@ -159,6 +200,107 @@ impl NatsError {
     fn broker<E: Into<async_nats::Error>>(what: &'static str) -> impl Fn(E) -> NatsError {
         move |e| NatsError::Broker(what, e.into())
     }
+
+    /// A verdict about the broker's data that waiting will not change
+    /// ([`IdentityChanged`](Self::IdentityChanged), [`MessagesLost`](Self::MessagesLost)): a
+    /// consuming service stops on it instead of retrying.
+    pub fn is_fatal(&self) -> bool {
+        matches!(
+            self,
+            NatsError::IdentityChanged { .. } | NatsError::MessagesLost { .. }
+        )
+    }
+}
+
+/// The broker's creation times of `stream` and of its durable consumer `durable` (`None`:
+/// no such consumer), as an inbox records them.
+pub(crate) async fn observe_identity(
+    js: &async_nats::jetstream::Context,
+    stream: &str,
+    durable: &str,
+) -> Result<(String, Option<String>), NatsError> {
+    let o = inbox::observe(js, stream, durable).await?;
+    Ok((o.stream_created, o.consumer.map(|(created, _)| created)))
+}
+
+/// `url` with credentials masked (`nats://***@host:4222`), each server of a comma-separated
+/// list alike.
+pub fn redact_url(url: &str) -> String {
+    url.split(',')
+        .map(|part| {
+            let (scheme, rest) = match part.find("://") {
+                Some(i) => part.split_at(i + 3),
+                None => ("", part),
+            };
+            match rest.rfind('@') {
+                Some(at) => format!("{scheme}***{}", &rest[at..]),
+                None => part.to_owned(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Connects to NATS at `url` (one server or a comma-separated list) as `component` (the
+/// client's name, shown by the server and in every log line), reconnecting on its own for as
+/// long as the client lives. The connection's life is logged through `tracing` with the
+/// component and the URL (credentials masked): `NATS connection lost` (warn) when it drops,
+/// `NATS connection back after …` (info) with the outage's length when it returns, and the
+/// server's and client's errors (warn).
+///
+/// # Errors
+/// [`NatsError::Connect`], naming `component` and the URL, when the first connection fails.
+///
+/// # Cancel safety
+/// Cancel safe: dropped, no client exists.
+pub async fn connect(url: &str, component: &str) -> Result<async_nats::Client, NatsError> {
+    use async_nats::Event;
+    let shown = redact_url(url);
+    let lost: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
+    let (who, at) = (component.to_owned(), shown.clone());
+    let options = async_nats::ConnectOptions::new()
+        .name(component)
+        .event_callback(move |event| {
+            let (lost, who, at) = (Arc::clone(&lost), who.clone(), at.clone());
+            async move {
+                match event {
+                    Event::Disconnected => {
+                        lost.lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .get_or_insert_with(Instant::now);
+                        tracing::warn!(component = %who, url = %at, "NATS connection lost: reconnecting");
+                    }
+                    Event::Connected => {
+                        let since = lost.lock().unwrap_or_else(|e| e.into_inner()).take();
+                        if let Some(since) = since {
+                            let outage = since.elapsed();
+                            tracing::info!(component = %who, url = %at, outage_s = outage.as_secs_f64(), "NATS connection back after {}", crate::outbox::human(outage));
+                        }
+                    }
+                    Event::LameDuckMode => {
+                        tracing::warn!(component = %who, url = %at, "NATS server entering lame duck mode: it will close this connection soon")
+                    }
+                    Event::ServerError(e) => {
+                        tracing::warn!(component = %who, url = %at, error = %e, "NATS server error")
+                    }
+                    Event::ClientError(e) => {
+                        tracing::warn!(component = %who, url = %at, error = %e, "NATS client error")
+                    }
+                    Event::SlowConsumer(sid) => {
+                        tracing::warn!(component = %who, url = %at, subscription = sid, "NATS slow consumer: messages dropped by the client")
+                    }
+                    Event::Draining | Event::Closed => {}
+                }
+            }
+        });
+    options
+        .connect(url)
+        .await
+        .map_err(|e| NatsError::Connect {
+            component: component.to_owned(),
+            url: shown,
+            source: e.into(),
+        })
 }
 
 /// The bytes of the header block the relay sends (`NATS/1.0`, `Nats-Msg-Id` with a

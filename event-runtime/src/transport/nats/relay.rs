@@ -47,10 +47,6 @@ pub struct RelayConfig {
     pub publish_timeout: Duration,
     /// Publishes in flight at once per worker process, each of another aggregate (default 64).
     pub in_flight: usize,
-    /// How long a subject may have no stream before its deliveries are dead-lettered as
-    /// permanent failures (default 60 s): a stream being created is waited for, a subject
-    /// nobody captures is not retried for ever.
-    pub no_stream_grace: Duration,
 }
 
 impl RelayConfig {
@@ -71,7 +67,6 @@ impl RelayConfig {
             },
             publish_timeout: Duration::from_secs(5),
             in_flight: 64,
-            no_stream_grace: Duration::from_secs(60),
         }
     }
 
@@ -119,9 +114,16 @@ impl RelayConfig {
 /// deep dive*, message deduplication). The delivery completes on the publish ack; a
 /// duplicate ack is a success. Losing the connection pauses the destination
 /// ([`DeliveryError::Unavailable`]) until the client is connected again: no attempt is
-/// burnt. A message the server refuses as too large, or a subject no stream captures for
-/// longer than [`RelayConfig::no_stream_grace`], is a permanent failure (dead letter);
-/// every other failure is retried with [`RelayConfig::retry`].
+/// burnt. The same holds while the stream is missing (deleted, or not created yet: no stream
+/// captures the subject) or has no leader (a clustered stream electing one, or without its
+/// quorum): the relay is paused, in the store for every worker process, and uses no attempt
+/// however long that lasts; it resumes on its own once [`Destination::available`] finds the
+/// stream answering again, asked every second. The outage is logged when it starts, at most
+/// once a minute while it lasts, and with its length when it ends. A message the server
+/// refuses as too large is a permanent failure (dead letter); every other failure is retried
+/// with [`RelayConfig::retry`]. Publish time-outs while connected (retried: ambiguous) are
+/// counted in `events_nats_publish_failures_total{reason="timeout"}` and summarised in the log
+/// at most once a minute.
 ///
 /// Durability is the server's: by default it fsyncs every 2 minutes, so an acknowledged
 /// message can be lost if every replica crashes at once; run the stream with replicas or the
@@ -132,8 +134,22 @@ pub struct NatsRelay {
     config: RelayConfig,
     header_bytes: usize,
     checked: AtomicBool,
-    no_stream_since: Mutex<HashMap<String, Instant>>,
+    timeouts: Mutex<TimeoutLog>,
 }
+
+/// Publish time-outs since the last log line about them.
+#[derive(Debug)]
+struct TimeoutLog {
+    count: u64,
+    since: Instant,
+    logged: Option<Instant>,
+}
+
+/// How often publish time-outs are summarised in the log, at most.
+const TIMEOUT_LOG_EVERY: Duration = Duration::from_secs(60);
+
+/// How long the availability probe waits for the stream's info.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 impl std::fmt::Debug for NatsRelay {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -161,7 +177,11 @@ impl NatsRelay {
             header_bytes: header_bytes(),
             config,
             checked: AtomicBool::new(false),
-            no_stream_since: Mutex::new(HashMap::new()),
+            timeouts: Mutex::new(TimeoutLog {
+                count: 0,
+                since: Instant::now(),
+                logged: None,
+            }),
         })
     }
 
@@ -315,32 +335,103 @@ impl NatsRelay {
         };
         match ack {
             Ok(ack) => {
-                self.no_stream_since.lock().unwrap().remove(&subject);
+                self.summarise_timeouts(false);
                 if ack.duplicate {
                     metrics::counter!("events_nats_published_duplicates_total").increment(1);
                 }
                 metrics::counter!("events_nats_published_total").increment(1);
                 Ok(())
             }
-            Err(e) => Err(self.classify(e, &subject)),
+            Err(e) => Err(self.classify(e, &subject).await),
         }
     }
 
-    fn classify(&self, e: jetstream::context::PublishError, subject: &str) -> DeliveryError {
+    /// Whether the stream answers with a leader: `Err` says why not.
+    async fn stream_ready(&self) -> Result<(), String> {
+        let name = &self.config.stream;
+        let info = async {
+            let mut stream = self.js.get_stream(name).await.map_err(|e| match e.kind() {
+                jetstream::context::GetStreamErrorKind::JetStream(j)
+                    if j.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND =>
+                {
+                    format!("stream `{name}` does not exist")
+                }
+                _ => format!("stream `{name}` does not answer: {e}"),
+            })?;
+            stream
+                .info()
+                .await
+                .map(|i| i.clone())
+                .map_err(|e| format!("stream `{name}` does not answer: {e}"))
+        };
+        let info = tokio::time::timeout(PROBE_TIMEOUT, info)
+            .await
+            .map_err(|_| format!("stream `{name}` did not answer within {PROBE_TIMEOUT:?}"))??;
+        match info.cluster {
+            Some(c) if c.leader.is_none() => Err(format!("stream `{name}` has no leader")),
+            _ => Ok(()),
+        }
+    }
+
+    /// Counts a publish time-out; logs them at most once a minute.
+    fn summarise_timeouts(&self, one_more: bool) {
+        let mut t = self.timeouts.lock().unwrap_or_else(|e| e.into_inner());
+        if one_more {
+            if t.count == 0 {
+                t.since = Instant::now();
+            }
+            t.count += 1;
+        }
+        if t.count == 0 || t.logged.is_some_and(|at| at.elapsed() < TIMEOUT_LOG_EVERY) {
+            return;
+        }
+        tracing::warn!(
+            relay = %self.config.name,
+            timeouts = t.count,
+            over_s = t.since.elapsed().as_secs(),
+            "NATS relay {}: {} publish time-out(s) in the last {} s while connected (retried with the same message id)",
+            self.config.name,
+            t.count,
+            t.since.elapsed().as_secs()
+        );
+        t.logged = Some(Instant::now());
+        t.count = 0;
+    }
+
+    async fn classify(&self, e: jetstream::context::PublishError, subject: &str) -> DeliveryError {
         match e.kind() {
+            // No responders on the subject: no stream captures it (deleted, or not created
+            // yet). Waited for, never dead-lettered.
             PublishErrorKind::StreamNotFound => {
-                let since = *self
-                    .no_stream_since
-                    .lock()
-                    .unwrap()
-                    .entry(subject.to_owned())
-                    .or_insert_with(Instant::now);
-                let permanent = since.elapsed() >= self.config.no_stream_grace;
-                self.failed("no_stream", e.into(), permanent)
+                metrics::counter!("events_nats_publish_failures_total", "reason" => "no_stream")
+                    .increment(1);
+                DeliveryError::Unavailable {
+                    reason: format!(
+                        "NATS relay {}: no stream captures `{subject}` (stream `{}` missing?)",
+                        self.config.name, self.config.stream
+                    ),
+                    retry_after: Duration::from_secs(1),
+                }
             }
             PublishErrorKind::TimedOut | PublishErrorKind::BrokenPipe if !self.connected() => {
                 self.unavailable(e)
             }
+            // Connected, and the stream does not answer (no leader, or gone): paused, not
+            // retried. Otherwise an ambiguous time-out: retried with the same message id.
+            PublishErrorKind::TimedOut => match self.stream_ready().await {
+                Err(why) => {
+                    metrics::counter!("events_nats_publish_failures_total", "reason" => "no_stream")
+                        .increment(1);
+                    DeliveryError::Unavailable {
+                        reason: format!("NATS relay {}: {why}", self.config.name),
+                        retry_after: Duration::from_secs(1),
+                    }
+                }
+                Ok(()) => {
+                    self.summarise_timeouts(true);
+                    self.failed("timeout", e.into(), false)
+                }
+            },
             PublishErrorKind::Other => {
                 let too_large = std::error::Error::source(&e)
                     .and_then(|s| s.downcast_ref::<jetstream::Error>())
@@ -356,7 +447,6 @@ impl NatsRelay {
                     self.failed("other", e.into(), false)
                 }
             }
-            PublishErrorKind::TimedOut => self.failed("timeout", e.into(), false),
             _ => self.failed("other", e.into(), false),
         }
     }
@@ -393,8 +483,9 @@ impl Destination for NatsRelay {
         result
     }
 
+    /// Connected, and the stream answers with a leader.
     async fn available(&self) -> bool {
-        self.connected()
+        self.connected() && self.stream_ready().await.is_ok()
     }
 
     fn retry_policy(&self) -> Option<RetryPolicy> {

@@ -5,6 +5,7 @@
 mod config;
 mod dead_letter;
 
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, consumer::pull, AckKind};
@@ -17,14 +18,82 @@ use dead_letter::{chain, insert_dead_letter, refusal, refused, Candidate, Poison
 
 use super::{NatsError, CONTENT_TYPE};
 use crate::store::DeadLetterReason;
-use crate::{Outbox, OutboxError, StoreError};
+use crate::{InboxIdentity, Outbox, OutboxError, StoreError};
+
+/// How often, at least, the inbox compares the broker's stream and consumer with the
+/// identity it recorded (also after every failed fetch).
+pub const IDENTITY_CHECK_INTERVAL: Duration = Duration::from_secs(30);
 
 /// The NATS JetStream inbox of a consuming service: see the [module docs](super).
 pub struct NatsInbox {
     outbox: Outbox,
+    js: jetstream::Context,
     consumer: jetstream::consumer::Consumer<pull::Config>,
     config: InboxConfig,
     name: String,
+    /// What the store recorded: the stream and consumer this inbox consumes.
+    identity: InboxIdentity,
+    /// When the identity was last found unchanged.
+    verified: Mutex<Instant>,
+}
+
+/// The broker's creation time as stored: RFC 3339 with nanoseconds, UTC.
+pub(crate) fn created(t: time::OffsetDateTime) -> String {
+    let nanos = i64::try_from(t.unix_timestamp_nanos()).unwrap_or(i64::MAX);
+    chrono::DateTime::from_timestamp_nanos(nanos)
+        .to_rfc3339_opts(chrono::SecondsFormat::Nanos, true)
+}
+
+/// The stream and the durable consumer as the server has them now.
+pub(crate) struct Observed {
+    pub(crate) stream_created: String,
+    pub(crate) first_sequence: u64,
+    /// The consumer's creation time and the stream sequence below which it acked every
+    /// message; `None` when there is no such consumer.
+    pub(crate) consumer: Option<(String, u64)>,
+}
+
+/// Reads the stream `stream` and its durable consumer `durable` from the server: the stream
+/// first, then the consumer, so that a consumer acking meanwhile never looks like a loss.
+///
+/// # Errors
+/// [`NatsError::NoStream`] when the server says there is no such stream; [`NatsError::Broker`]
+/// when it cannot be asked.
+pub(crate) async fn observe(
+    js: &jetstream::Context,
+    stream: &str,
+    durable: &str,
+) -> Result<Observed, NatsError> {
+    let s = js.get_stream(stream).await.map_err(|e| match e.kind() {
+        jetstream::context::GetStreamErrorKind::JetStream(j)
+            if j.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND =>
+        {
+            NatsError::NoStream(stream.to_owned())
+        }
+        _ => NatsError::broker("get stream")(e),
+    })?;
+    let info = s.cached_info();
+    let (stream_created, first_sequence) = (created(info.created), info.state.first_sequence);
+    let consumer = match s.consumer_info(durable).await {
+        Ok(c) => Some((created(c.created), c.ack_floor.stream_sequence)),
+        Err(e) => match e.kind() {
+            jetstream::context::ConsumerInfoErrorKind::NotFound => None,
+            jetstream::context::ConsumerInfoErrorKind::JetStream(j)
+                if j.error_code() == jetstream::ErrorCode::CONSUMER_NOT_FOUND =>
+            {
+                None
+            }
+            jetstream::context::ConsumerInfoErrorKind::StreamNotFound => {
+                return Err(NatsError::NoStream(stream.to_owned()))
+            }
+            _ => return Err(NatsError::broker("consumer info")(e)),
+        },
+    };
+    Ok(Observed {
+        stream_created,
+        first_sequence,
+        consumer,
+    })
 }
 
 impl std::fmt::Debug for NatsInbox {
@@ -56,7 +125,39 @@ impl NatsInbox {
         if retention <= horizon {
             return Err(NatsError::RetentionTooShort { retention, horizon });
         }
-        super::StreamShape::fetch(js, &config.stream).await?;
+        let name = format!("nats-inbox:{}", config.durable);
+        let recorded = outbox.store().inbox_identity(&name).await?;
+        let observed = match observe(js, &config.stream, &config.durable).await {
+            Err(NatsError::NoStream(stream)) => match recorded {
+                Some(r) => {
+                    return Err(NatsError::IdentityChanged {
+                        inbox: name,
+                        recorded: r.describe(),
+                        found: format!("no stream `{stream}`"),
+                    })
+                }
+                None => return Err(NatsError::NoStream(stream)),
+            },
+            other => other?,
+        };
+        if let Some(r) = &recorded {
+            let changed = r.stream != config.stream
+                || r.stream_created != observed.stream_created
+                || match (&r.consumer_created, &observed.consumer) {
+                    (Some(want), Some((have, _))) => want != have,
+                    // The store says the consumer existed: never create it again (it would
+                    // start over from the stream's first message, or miss what was lost).
+                    (Some(_), None) => true,
+                    (None, _) => false,
+                };
+            if changed {
+                return Err(NatsError::IdentityChanged {
+                    inbox: name,
+                    recorded: r.describe(),
+                    found: describe_observed(&config.stream, &config.durable, &observed),
+                });
+            }
+        }
         let stream = js
             .get_stream(&config.stream)
             .await
@@ -82,12 +183,95 @@ impl NatsInbox {
                 config.durable
             )));
         }
-        Ok(NatsInbox {
-            name: format!("nats-inbox:{}", config.durable),
+        let mine = InboxIdentity::new(
+            &name,
+            &config.stream,
+            &observed.stream_created,
+            Some(created(consumer.cached_info().created)),
+        );
+        // First start (or the consumer an operator's adopt let it create): recorded, unless
+        // another instance recorded first — then its identity must be this one.
+        let identity = outbox.store().record_inbox_identity(&mine).await?;
+        if identity.stream_created != mine.stream_created
+            || identity.consumer_created != mine.consumer_created
+        {
+            return Err(NatsError::IdentityChanged {
+                inbox: name,
+                recorded: identity.describe(),
+                found: mine.describe(),
+            });
+        }
+        let inbox = NatsInbox {
+            name,
             outbox,
+            js: js.clone(),
             consumer,
             config,
-        })
+            identity,
+            verified: Mutex::new(Instant::now()),
+        };
+        inbox.verify().await?;
+        Ok(inbox)
+    }
+
+    /// Compares the stream and durable consumer on the server with the identity this inbox
+    /// recorded ([`InboxIdentity`], in the consuming store), and checks that the stream still
+    /// holds every message the consumer has not acknowledged. Called by
+    /// [`fetch_and_commit`](Self::fetch_and_commit) after every failed fetch and at least every
+    /// [`IDENTITY_CHECK_INTERVAL`] (30 s).
+    ///
+    /// The loss check is conservative: when the stream's first sequence has passed the
+    /// consumer's ack floor, messages the consumer never acknowledged were removed (the
+    /// stream's limits, a purge, lost storage), which may include messages its subject filter
+    /// would have skipped.
+    ///
+    /// # Errors
+    /// [`NatsError::IdentityChanged`] when the stream or the consumer was deleted or created
+    /// anew (a wiped broker); [`NatsError::MessagesLost`] when unacknowledged messages were
+    /// removed; [`NatsError::Broker`] when the server cannot be asked (not a verdict: try
+    /// again).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn verify(&self) -> Result<(), NatsError> {
+        let observed = match observe(&self.js, &self.config.stream, &self.config.durable).await {
+            Err(NatsError::NoStream(stream)) => {
+                return Err(NatsError::IdentityChanged {
+                    inbox: self.name.clone(),
+                    recorded: self.identity.describe(),
+                    found: format!("no stream `{stream}`"),
+                })
+            }
+            other => other?,
+        };
+        let same_consumer = matches!(
+            (&self.identity.consumer_created, &observed.consumer),
+            (Some(want), Some((have, _))) if want == have
+        );
+        if observed.stream_created != self.identity.stream_created || !same_consumer {
+            return Err(NatsError::IdentityChanged {
+                inbox: self.name.clone(),
+                recorded: self.identity.describe(),
+                found: describe_observed(&self.config.stream, &self.config.durable, &observed),
+            });
+        }
+        if let Some((_, ack_floor)) = observed.consumer {
+            if observed.first_sequence > ack_floor.saturating_add(1) {
+                return Err(NatsError::MessagesLost {
+                    inbox: self.name.clone(),
+                    stream: self.config.stream.clone(),
+                    first_sequence: observed.first_sequence,
+                    ack_floor,
+                });
+            }
+        }
+        *self.verified.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+        Ok(())
+    }
+
+    /// The identity this inbox consumes, as recorded in the consuming store.
+    pub fn identity(&self) -> &InboxIdentity {
+        &self.identity
     }
 
     /// The handler name of this inbox's dead letters (`nats-inbox:<durable>`).
@@ -145,6 +329,35 @@ impl NatsInbox {
     /// Cancel safe: fetched messages that were not committed and acked are redelivered after
     /// `ack_wait`, and skipped when their commit had happened.
     pub async fn fetch_and_commit(&self) -> Result<ReceivedBatch, NatsError> {
+        let due = self
+            .verified
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .elapsed()
+            >= IDENTITY_CHECK_INTERVAL;
+        if due {
+            self.verdict().await?;
+        }
+        match self.fetch().await {
+            Ok(messages) => self.commit(messages).await,
+            // A failed fetch may be the first sign of a wiped broker: a verdict wins.
+            Err(e) => {
+                self.verdict().await?;
+                Err(e)
+            }
+        }
+    }
+
+    /// [`verify`](Self::verify), keeping only a verdict about the broker's data (identity
+    /// changed, messages lost): a server that cannot be asked now is not one.
+    async fn verdict(&self) -> Result<(), NatsError> {
+        match self.verify().await {
+            Err(e) if e.is_fatal() => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    async fn fetch(&self) -> Result<Vec<jetstream::Message>, NatsError> {
         let mut batch = self
             .consumer
             .batch()
@@ -165,7 +378,7 @@ impl NatsInbox {
                 }
             }
         }
-        self.commit(messages).await
+        Ok(messages)
     }
 
     async fn commit(&self, messages: Vec<jetstream::Message>) -> Result<ReceivedBatch, NatsError> {
@@ -432,12 +645,21 @@ impl NatsInbox {
 
     /// Receives batches until `cancel` fires or, with `idle`, until no message has arrived for
     /// that long. A failed batch is logged and retried after a second (its messages are
-    /// redelivered); the loop never stops on one.
+    /// redelivered); the loop stops only on a verdict about the broker's data.
+    ///
+    /// # Errors
+    /// [`NatsError::IdentityChanged`] and [`NatsError::MessagesLost`] ([`NatsError::is_fatal`]):
+    /// the broker lost or re-created what this inbox consumes, and events may never arrive.
+    /// Nothing else stops the loop.
     ///
     /// # Cancel safety
     /// Cancel safe, as [`receive`](Self::receive); prefer `cancel`, which lets the batch in
     /// hand be acked.
-    pub async fn run(&self, cancel: CancellationToken, idle: Option<Duration>) -> InboxReport {
+    pub async fn run(
+        &self,
+        cancel: CancellationToken,
+        idle: Option<Duration>,
+    ) -> Result<InboxReport, NatsError> {
         let mut total = InboxReport::default();
         let mut last = Instant::now();
         while !cancel.is_cancelled() {
@@ -448,8 +670,12 @@ impl NatsInbox {
                     }
                     total += r;
                 }
+                Err(e) if e.is_fatal() => {
+                    tracing::error!(inbox = %self.name, error = %event_core::ErrorChain(&e), "inbox stopped");
+                    return Err(e);
+                }
                 Err(e) => {
-                    tracing::warn!(error = %event_core::ErrorChain(&e), "inbox batch failed; retrying");
+                    tracing::warn!(inbox = %self.name, error = %event_core::ErrorChain(&e), "inbox batch failed; retrying");
                     tokio::select! {
                         _ = cancel.cancelled() => {}
                         _ = tokio::time::sleep(Duration::from_secs(1)) => {}
@@ -460,6 +686,19 @@ impl NatsInbox {
                 break;
             }
         }
-        total
+        Ok(total)
+    }
+}
+
+fn describe_observed(stream: &str, durable: &str, o: &Observed) -> String {
+    match &o.consumer {
+        Some((at, _)) => format!(
+            "stream `{stream}` created {}, consumer created {at}",
+            o.stream_created
+        ),
+        None => format!(
+            "stream `{stream}` created {}, no consumer `{durable}`",
+            o.stream_created
+        ),
     }
 }
