@@ -14,6 +14,7 @@
 
 pub mod crash;
 pub mod engine;
+pub mod failure_times;
 pub mod outbox;
 pub mod retarget;
 pub mod retention;
@@ -114,6 +115,7 @@ macro_rules! conformance_suite {
                 engine::an_unavailable_destination_pauses_itself_until_it_is_back,
                 engine::workers_stop_with_the_applications_cancellation_token,
                 engine::an_aborted_shutdown_gives_its_deliveries_back_at_once,
+                failure_times::a_retry_is_never_due_before_its_recorded_failure,
                 retention::retention_purges_old_rows_in_bounded_steps_and_nothing_else,
                 retarget::purging_an_unregistered_handler_removes_only_its_rows_and_is_audited,
                 retarget::retargeting_onto_a_union_handler_merges_runs_in_order_and_skips_duplicates,
