@@ -7,6 +7,8 @@
 //! Python client with the CloudEvents SDK reads what the relay published.
 
 mod common;
+#[path = "common/nats_server.rs"]
+mod nats_server;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -23,6 +25,8 @@ use event_runtime::{
     RetryPolicy, Routing, SqlValue, Store, StoreError, Tx,
 };
 use serde::{Deserialize, Serialize};
+
+use nats_server::OwnServer;
 
 #[derive(Debug, Clone, Serialize, Deserialize, DomainEvent)]
 #[event(name = "natstest.shipped", version = 1)]
@@ -738,75 +742,6 @@ async fn a_stream_with_a_duplicate_window_shorter_than_the_retry_horizon_is_refu
         Err(NatsError::SubjectNotCaptured { .. })
     ));
     js.delete_stream(&stream).await.unwrap();
-}
-
-/// A `nats-server` of the test's own, which it stops and starts.
-struct OwnServer {
-    port: u16,
-    dir: std::path::PathBuf,
-    child: Option<std::process::Child>,
-}
-
-impl OwnServer {
-    fn start() -> Option<OwnServer> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let dir = std::env::temp_dir().join(format!("nats-{}", uuid::Uuid::now_v7().simple()));
-        let mut s = OwnServer {
-            port,
-            dir,
-            child: None,
-        };
-        s.up().then_some(s)
-    }
-
-    fn up(&mut self) -> bool {
-        let child = std::process::Command::new("nats-server")
-            .args([
-                "-js",
-                "-a",
-                "127.0.0.1",
-                "-p",
-                &self.port.to_string(),
-                "-sd",
-            ])
-            .arg(&self.dir)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn();
-        match child {
-            Ok(c) => {
-                self.child = Some(c);
-                true
-            }
-            Err(e) => {
-                assert!(!require(), "cannot start nats-server: {e}");
-                common::say_once(&format!("broker outage case skipped: no nats-server: {e}"));
-                false
-            }
-        }
-    }
-
-    fn down(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.port)
-    }
-}
-
-impl Drop for OwnServer {
-    fn drop(&mut self) {
-        self.down();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
 }
 
 #[tokio::test]

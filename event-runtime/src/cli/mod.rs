@@ -614,9 +614,7 @@ async fn execute_io(cli: Cli, app: App<'_>, io: &mut Io<'_>) -> Result<(), CliEr
         #[cfg(feature = "nats")]
         Command::Nats(nats::NatsCommand::Stream(command)) => nats::stream(command, io).await,
         #[cfg(feature = "nats")]
-        Command::Nats(nats::NatsCommand::Inbox(command)) => {
-            nats::inbox(&target, command, io).await
-        }
+        Command::Nats(nats::NatsCommand::Inbox(command)) => nats::inbox(&target, command, io).await,
     }
 }
 

@@ -56,7 +56,9 @@ pub async fn fails(e: &Envelope<Failed>, locker: &Locker) -> Result<(), HandlerE
     } else {
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
-    Err(HandlerError::transient_msg("the downstream service is down"))
+    Err(HandlerError::transient_msg(
+        "the downstream service is down",
+    ))
 }
 
 pub async fn a_retry_is_never_due_before_its_recorded_failure(db: &Db) {

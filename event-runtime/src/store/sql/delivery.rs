@@ -179,8 +179,17 @@ pub(crate) async fn settle<D: Dialect>(
                 error,
             } => {
                 contained::<D, _>(conn, contain, async |c| {
-                    retry::<D>(c, token, failed_at, s, &ids[i], attempts, next_attempt_at, error)
-                        .await
+                    retry::<D>(
+                        c,
+                        token,
+                        failed_at,
+                        s,
+                        &ids[i],
+                        attempts,
+                        next_attempt_at,
+                        error,
+                    )
+                    .await
                 })
                 .await
             }
@@ -191,7 +200,10 @@ pub(crate) async fn settle<D: Dialect>(
                 chain,
             } => {
                 contained::<D, _>(conn, contain, async |c| {
-                    dead::<D>(c, token, now, failed_at, s, &ids[i], attempts, reason, chain).await
+                    dead::<D>(
+                        c, token, now, failed_at, s, &ids[i], attempts, reason, chain,
+                    )
+                    .await
                 })
                 .await
             }
@@ -440,7 +452,18 @@ async fn unrecordable<D: Dialect>(
         event_core::ErrorChain(&refused)
     ))];
     let r = contained::<D, _>(conn, true, async |c| {
-        dead::<D>(c, token, now, failed_at, s, id, attempts, "unrecordable", &chain).await
+        dead::<D>(
+            c,
+            token,
+            now,
+            failed_at,
+            s,
+            id,
+            attempts,
+            "unrecordable",
+            &chain,
+        )
+        .await
     })
     .await;
     match r {

@@ -293,14 +293,11 @@ pub async fn connect(url: &str, component: &str) -> Result<async_nats::Client, N
                 }
             }
         });
-    options
-        .connect(url)
-        .await
-        .map_err(|e| NatsError::Connect {
-            component: component.to_owned(),
-            url: shown,
-            source: e.into(),
-        })
+    options.connect(url).await.map_err(|e| NatsError::Connect {
+        component: component.to_owned(),
+        url: shown,
+        source: e.into(),
+    })
 }
 
 /// The bytes of the header block the relay sends (`NATS/1.0`, `Nats-Msg-Id` with a

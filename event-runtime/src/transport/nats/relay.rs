@@ -361,7 +361,7 @@ impl NatsRelay {
             stream
                 .info()
                 .await
-                .map(|i| i.clone())
+                .cloned()
                 .map_err(|e| format!("stream `{name}` does not answer: {e}"))
         };
         let info = tokio::time::timeout(PROBE_TIMEOUT, info)

@@ -35,6 +35,9 @@ pub struct NatsInbox {
     identity: InboxIdentity,
     /// When the identity was last found unchanged.
     verified: Mutex<Instant>,
+    /// The highest stream sequence fetched or acknowledged so far: a batch starting past the
+    /// next one may follow removed messages, and is checked before it is committed.
+    seen: Mutex<u64>,
 }
 
 /// The broker's creation time as stored: RFC 3339 with nanoseconds, UTC.
@@ -209,6 +212,7 @@ impl NatsInbox {
             config,
             identity,
             verified: Mutex::new(Instant::now()),
+            seen: Mutex::new(0),
         };
         inbox.verify().await?;
         Ok(inbox)
@@ -223,7 +227,9 @@ impl NatsInbox {
     /// The loss check is conservative: when the stream's first sequence has passed the
     /// consumer's ack floor, messages the consumer never acknowledged were removed (the
     /// stream's limits, a purge, lost storage), which may include messages its subject filter
-    /// would have skipped.
+    /// would have skipped. It also runs before committing a fetched batch whose first stream
+    /// sequence does not follow the highest one this inbox saw (while the hole still shows):
+    /// with a subject filter that skips other subjects of the stream, that is often.
     ///
     /// # Errors
     /// [`NatsError::IdentityChanged`] when the stream or the consumer was deleted or created
@@ -256,6 +262,10 @@ impl NatsInbox {
             });
         }
         if let Some((_, ack_floor)) = observed.consumer {
+            {
+                let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+                *seen = (*seen).max(ack_floor);
+            }
             if observed.first_sequence > ack_floor.saturating_add(1) {
                 return Err(NatsError::MessagesLost {
                     inbox: self.name.clone(),
@@ -339,7 +349,27 @@ impl NatsInbox {
             self.verdict().await?;
         }
         match self.fetch().await {
-            Ok(messages) => self.commit(messages).await,
+            Ok(messages) => {
+                // A batch that does not follow what was seen may come after removed messages:
+                // the check runs before the commit, while the consumer's ack floor still
+                // shows the hole (a subject filter that skips other subjects makes such
+                // batches common, and each costs one check).
+                let sequences = messages
+                    .iter()
+                    .filter_map(|m| m.info().ok())
+                    .map(|i| i.stream_sequence);
+                let (first, last) =
+                    sequences.fold((u64::MAX, 0), |(lo, hi), s| (lo.min(s), hi.max(s)));
+                let seen = *self.seen.lock().unwrap_or_else(|e| e.into_inner());
+                if first != u64::MAX && first > seen.saturating_add(1) {
+                    self.verdict().await?;
+                }
+                {
+                    let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+                    *seen = (*seen).max(last);
+                }
+                self.commit(messages).await
+            }
             // A failed fetch may be the first sign of a wiped broker: a verdict wins.
             Err(e) => {
                 self.verdict().await?;
