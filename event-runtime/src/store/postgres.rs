@@ -60,12 +60,20 @@ async fn connect(url: String, options: ConnectOptions) -> Result<Arc<dyn Backend
     let probe = tokio::time::timeout(options.connect_timeout, async {
         let mut conn = sqlx::PgConnection::connect_with(&connect).await?;
         if let (Some(schema), true) = (options.schema.as_deref(), options.create) {
+            // `CREATE SCHEMA IF NOT EXISTS` run by two sessions at once can fail on the
+            // catalog's unique index (`pg_namespace_nspname_index`): one creator at a time.
+            let mut tx = sqlx::Connection::begin(&mut conn).await?;
+            sqlx::query("SELECT pg_advisory_xact_lock(72430123, hashtext($1))")
+                .bind(schema)
+                .execute(&mut *tx)
+                .await?;
             sqlx::query(sqlx::AssertSqlSafe(format!(
                 "CREATE SCHEMA IF NOT EXISTS {}",
                 quote_ident(schema)
             )))
-            .execute(&mut conn)
+            .execute(&mut *tx)
             .await?;
+            tx.commit().await?;
         }
         conn.close().await
     })

@@ -1,0 +1,218 @@
+//! The built `billing` binary never ends a broker fault in a silent success, and starts with
+//! any number of instances at once: two instances starting together on a fresh PostgreSQL
+//! database both start (10 tries out of 10), a stream deleted and created anew ends the next
+//! run with an error naming both identities, and a broker stopped while it runs ends it with an
+//! error instead of a partial summary.
+//!
+//! Needs `EVENTS_TEST_NATS_URL` (and `EVENTS_TEST_POSTGRES_URL` for the PostgreSQL case) and the
+//! built examples (`cargo test -p examples` builds them); says why it is skipped without them,
+//! and fails instead with `EVENTS_TEST_REQUIRE_SERVICES=1`.
+
+#[path = "../../tests/tests/common/nats_server.rs"]
+mod nats_server;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use nats_server::OwnServer;
+
+fn require() -> bool {
+    std::env::var("EVENTS_TEST_REQUIRE_SERVICES").as_deref() == Ok("1")
+}
+
+fn skip(test: &str, why: &str) {
+    assert!(!require(), "{test}: {why}");
+    let _ = writeln!(std::io::stderr(), "note: {test}: skipped: {why}");
+}
+
+fn env(test: &str, name: &str) -> Option<String> {
+    match std::env::var(name) {
+        Ok(v) if !v.is_empty() => Some(v),
+        _ => {
+            skip(test, &format!("{name} is not set"));
+            None
+        }
+    }
+}
+
+fn billing_binary(test: &str) -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let bin = exe
+        .parent()?
+        .parent()?
+        .join("examples")
+        .join(format!("billing{}", std::env::consts::EXE_SUFFIX));
+    if bin.exists() {
+        return Some(bin);
+    }
+    skip(
+        test,
+        "the billing example is not built (`cargo test -p examples` builds it)",
+    );
+    None
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Creates (again) the stream `stream` on `<prefix>.>` at `url`.
+fn create_stream(url: &str, stream: &str, prefix: &str, delete_first: bool) {
+    runtime().block_on(async {
+        let js = async_nats::jetstream::new(async_nats::connect(url).await.unwrap());
+        if delete_first {
+            js.delete_stream(stream).await.unwrap();
+        }
+        js.create_stream(async_nats::jetstream::stream::Config {
+            name: stream.into(),
+            subjects: vec![format!("{prefix}.>")],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    });
+}
+
+fn billing(
+    bin: &PathBuf,
+    url: &str,
+    stream: &str,
+    prefix: &str,
+    db: &[&str],
+    idle: &str,
+) -> Command {
+    let mut c = Command::new(bin);
+    c.args([
+        "--nats",
+        url,
+        "--stream",
+        stream,
+        "--subject-prefix",
+        prefix,
+    ])
+    .args(["--idle-exit", idle])
+    .args(db)
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    c
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn unique(prefix: &str) -> String {
+    format!("{prefix}{}", uuid::Uuid::now_v7().simple())
+}
+
+#[test]
+fn two_instances_start_together_on_a_fresh_postgres_database_every_time() {
+    let test = "two_instances_start_together";
+    let (Some(nats), Some(pg), Some(bin)) = (
+        env(test, "EVENTS_TEST_NATS_URL"),
+        env(test, "EVENTS_TEST_POSTGRES_URL"),
+        billing_binary(test),
+    ) else {
+        return;
+    };
+    for i in 0..10 {
+        let (stream, prefix, schema) = (unique("BT"), unique("bt"), unique("billing_start_"));
+        create_stream(&nats, &stream, &prefix, false);
+        let db = ["--database", &pg, "--schema", &schema];
+        let a = billing(&bin, &nats, &stream, &prefix, &db, "1")
+            .spawn()
+            .unwrap();
+        let b = billing(&bin, &nats, &stream, &prefix, &db, "1")
+            .spawn()
+            .unwrap();
+        for (which, child) in [("first", a), ("second", b)] {
+            let out = child.wait_with_output().unwrap();
+            assert!(
+                out.status.success(),
+                "try {i}: the {which} instance failed to start:\n{}",
+                text(&out)
+            );
+        }
+    }
+}
+
+#[test]
+fn a_stream_created_anew_ends_the_next_run_with_an_error_naming_both_identities() {
+    let test = "stream_created_anew";
+    let (Some(nats), Some(bin)) = (env(test, "EVENTS_TEST_NATS_URL"), billing_binary(test)) else {
+        return;
+    };
+    let (stream, prefix) = (unique("BW"), unique("bw"));
+    let dir = std::env::temp_dir().join(unique("billing-wiped-"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let database = format!("sqlite://{}", dir.join("billing.db").display());
+    let db = ["--database", database.as_str()];
+    create_stream(&nats, &stream, &prefix, false);
+    let first = billing(&bin, &nats, &stream, &prefix, &db, "1")
+        .output()
+        .unwrap();
+    assert!(first.status.success(), "{}", text(&first));
+
+    create_stream(&nats, &stream, &prefix, true);
+    let again = billing(&bin, &nats, &stream, &prefix, &db, "1")
+        .output()
+        .unwrap();
+    let shown = text(&again);
+    assert!(!again.status.success(), "must not exit 0:\n{shown}");
+    assert!(
+        !String::from_utf8_lossy(&again.stdout).contains("invoices"),
+        "no summary:\n{shown}"
+    );
+    assert!(
+        shown.contains("recorded: stream") && shown.contains("found: stream"),
+        "names both identities:\n{shown}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_broker_stopped_while_billing_runs_ends_it_with_an_error_not_a_partial_summary() {
+    let test = "broker_stopped";
+    let (Some(_), Some(bin)) = (env(test, "EVENTS_TEST_NATS_URL"), billing_binary(test)) else {
+        return;
+    };
+    let Some(mut server) = OwnServer::start() else {
+        return;
+    };
+    runtime().block_on(server.client());
+    let (stream, prefix) = ("EVENTS", "events");
+    create_stream(&server.url(), stream, prefix, false);
+    let dir = std::env::temp_dir().join(unique("billing-stopped-"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let database = format!("sqlite://{}", dir.join("billing.db").display());
+    let url = server.url();
+    let child = billing(&bin, &url, stream, prefix, &["--database", &database], "3")
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1_500));
+    server.down();
+    let started = Instant::now();
+    let out = child.wait_with_output().unwrap();
+    let shown = text(&out);
+    assert!(!out.status.success(), "must not exit 0:\n{shown}");
+    assert!(
+        shown.contains("unreachable") && shown.contains(&server.url()),
+        "says the broker is unreachable, with its URL:\n{shown}"
+    );
+    assert!(
+        shown.contains("NATS connection lost"),
+        "the connection's loss is logged:\n{shown}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(60), "{shown}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
