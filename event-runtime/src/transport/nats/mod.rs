@@ -30,6 +30,17 @@
 //!    database is down, a handler's transient error) dead-letters nothing: the batch is
 //!    redelivered.
 //!
+//! # When the broker has trouble
+//! Nothing ends in a silent success. The relay pauses — no attempt used, nothing
+//! dead-lettered — while the server is unreachable or the stream is missing or has no leader,
+//! and resumes by itself. The inbox records the stream's and the durable consumer's creation
+//! times in the consuming store on its first start ([`InboxIdentity`](crate::InboxIdentity))
+//! and stops with [`NatsError::IdentityChanged`] when the broker deleted or re-created either
+//! (a wiped broker: events published before may never arrive), and with
+//! [`NatsError::MessagesLost`] when the stream removed messages the consumer had not
+//! acknowledged; `events nats inbox adopt` records a new identity once an operator has checked.
+//! [`connect`] logs the connection's loss and return with the outage's length.
+//!
 //! Delivery is at-least-once on the wire and the outbox makes effects once: the stream drops
 //! a re-publish within its duplicate window, and the inbox drops a redelivery, or a
 //! re-publish after the window, for as long as the consuming outbox keeps the event row
@@ -43,7 +54,7 @@
 //! |---|---|---|
 //! | `events_nats_published_total` | counter | publishes the server acknowledged (a duplicate ack included) |
 //! | `events_nats_published_duplicates_total` | counter | of those, acks saying the stream already held the message id |
-//! | `events_nats_publish_failures_total` | counter, label `reason` | `unavailable` (not connected: the relay pauses), `timeout`, `no_stream`, `too_large`, `other` |
+//! | `events_nats_publish_failures_total` | counter, label `reason` | `unavailable` (not connected: the relay pauses), `no_stream` (no stream takes the subject, or it has no leader: the relay pauses), `timeout` (retried), `too_large` (dead letter), `other` (retried) |
 //! | `events_nats_in_flight` | gauge | publishes sent and not yet acknowledged, in this process |
 //! | `events_destination_oldest_pending_age_seconds{handler="nats:<stream>"}` | gauge | the lag: age in seconds of the oldest committed event the broker has not acknowledged yet (0 when none), set by the outbox's workers every [`OutboxConfig::metrics_interval`](crate::OutboxConfig::metrics_interval) (5 s) |
 //! | `events_nats_received_total` | counter | messages an inbox fetched |
