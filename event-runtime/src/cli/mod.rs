@@ -15,8 +15,10 @@
 //!   handler list [--json]
 //!   handler pause  NAME --reason TEXT [--actor WHO] [--force]
 //!   handler resume NAME [--reason TEXT] [--actor WHO]
-//!   handler purge    OLD [--reason TEXT] [--actor WHO]             (embedded only)
-//!   handler retarget OLD --to NEW [--reason TEXT] [--actor WHO]    (embedded only)
+//!   handler purge    OLD [--reason TEXT] [--actor WHO] [--yes] [--force-relay]
+//!                                                                  (embedded only)
+//!   handler retarget OLD --to NEW [--reason TEXT] [--actor WHO] [--yes] [--force-relay]
+//!                                                                  (embedded only)
 //!   catalog [--json]      (embedded only: the application's event types)
 //!   check                 (embedded only: every pending delivery and dead letter decodes,
 //!                          and the engine can read every delivery row)
@@ -77,9 +79,18 @@
 //!   defaults to `no longer registered` / `replaced by NEW`; the actor as for `dlq replay`).
 //!   `OLD` must not be a handler of the application (its workers would race the change),
 //!   `NEW` must be one of its after-commit handlers, and no live worker of any process may
-//!   hold a delivery of `OLD`; a refusal changes nothing and exits 1. The tool knows the
-//!   application's handlers, not its transports' destinations: name handlers only. An
-//!   interrupted one is finished by running the same command again.
+//!   hold a delivery of `OLD`; a refusal changes nothing and exits 1. Both say what `OLD`
+//!   left (its pending deliveries and open dead letters) and ask for confirmation on a
+//!   terminal; otherwise they need `--yes`. An interrupted one is finished by running the
+//!   same command again.
+//! - A transport's relay is a destination named `TRANSPORT:…` (a lower-case word and a
+//!   single `:`, such as the NATS relay's `nats:<stream>`) that is not a handler of the
+//!   application; handler names never take that form (a default name is a module path with
+//!   `::`, a pinned one is dotted). Its pending deliveries are events committed but not yet
+//!   published: they wait for the application to run with that transport configured.
+//!   `handler purge` and `handler retarget` refuse a relay unless `--force-relay` is given
+//!   (its unpublished events would never reach the consumers), and `handler list` shows it
+//!   as `(relay)` (`"relay": true` in `--json`).
 //! - `handler pause` stops every worker of every process from claiming the destination's
 //!   deliveries ([`Store::pause_destination_audited`]); deliveries already claimed finish and
 //!   no attempt is used. `handler resume` lifts the operator's pause; a pause the runtime set
@@ -578,12 +589,16 @@ async fn execute_io(cli: Cli, app: App<'_>, io: &mut Io<'_>) -> Result<(), CliEr
             name,
             reason,
             actor,
+            yes,
+            force_relay,
         }) => {
             let args = retire::RetireArgs {
                 name,
                 to: None,
                 reason,
                 actor,
+                yes,
+                force_relay,
             };
             retire::retire(&target, &app, args, io).await
         }
@@ -592,12 +607,16 @@ async fn execute_io(cli: Cli, app: App<'_>, io: &mut Io<'_>) -> Result<(), CliEr
             to,
             reason,
             actor,
+            yes,
+            force_relay,
         }) => {
             let args = retire::RetireArgs {
                 name,
                 to: Some(to),
                 reason,
                 actor,
+                yes,
+                force_relay,
             };
             retire::retire(&target, &app, args, io).await
         }
