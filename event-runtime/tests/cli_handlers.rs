@@ -48,6 +48,10 @@ struct LabelPrinted {
     id: String,
 }
 
+/// Runs in the committing transaction: it has no deliveries.
+#[event_handler(name = "cli_retire.stock", in_transaction)]
+fn stock(_: &CratePacked) {}
+
 /// A handler of the release after that takes other events.
 #[event_handler(name = "cli_retire.label")]
 fn label(_: &LabelPrinted) {}
@@ -615,4 +619,58 @@ async fn handler_purge_and_retarget_need_yes_and_refuse_a_relay() {
             ("nats:down3".to_owned(), 0)
         ]
     );
+}
+
+/// A pause holds back deliveries, and an in-transaction handler has none: pausing one is
+/// refused (it used to be accepted and change nothing), embedded, where the tool knows it.
+#[tokio::test]
+async fn pausing_an_in_transaction_handler_is_refused() {
+    let db = Db::sqlite("pause_in_tx").await;
+    let outbox = db.outbox(
+        Dispatcher::builder_empty()
+            .handler::<stock>()
+            .handler::<ship>(),
+    );
+    commit(&outbox, &[("p-1", false)]).await;
+    let registry = Registry::builder()
+        .handler::<stock>()
+        .handler::<ship>()
+        .build()
+        .unwrap();
+    let app = || App::embedded("shop events", &registry);
+    for force in [false, true] {
+        let mut args = vec![
+            "handler",
+            "pause",
+            "cli_retire.stock",
+            "--reason",
+            "stock counts are wrong",
+            "--actor",
+            "alice",
+        ];
+        if force {
+            args.push("--force");
+        }
+        failed(
+            &db.cli(app(), &args).await,
+            "`cli_retire.stock` runs inside the committing transaction (`in_transaction`): it has no deliveries for a pause to hold back",
+        );
+    }
+    assert!(db.store.paused_destinations().await.unwrap().is_empty());
+    assert!(db.store.audit_log(10).await.unwrap().is_empty());
+    // An after-commit handler of the same event still pauses.
+    ok(&db
+        .cli(
+            app(),
+            &[
+                "handler",
+                "pause",
+                "cli_retire.ship",
+                "--reason",
+                "carrier down",
+                "--actor",
+                "alice",
+            ],
+        )
+        .await);
 }

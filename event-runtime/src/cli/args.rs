@@ -176,7 +176,8 @@ pub(super) enum HandlerCommand {
     ///
     /// Until `handler resume`, no worker of any process claims the destination's deliveries;
     /// deliveries already claimed finish, and no attempt is used. The pause and the actor are
-    /// written to the audit log (`dlq audit`).
+    /// written to the audit log (`dlq audit`). Refused for an `in_transaction` handler
+    /// (embedded): it has no deliveries to hold back.
     Pause {
         /// The destination (handler) name
         name: String,

@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 
 use chrono::{DateTime, Utc};
+use event_core::DeliveryMode;
 
 use crate::outbox::destination::relay_name;
 use crate::store::{AuditEntry, PausedDestination, Store, OPERATOR};
@@ -226,6 +227,17 @@ pub(super) async fn pause(
     }
     let actor = actor(args.actor.as_deref(), "paused")?;
     let name = args.name.as_str();
+    if let Some(registry) = app.registry() {
+        let in_transaction = registry
+            .handlers()
+            .iter()
+            .any(|h| h.name == name && h.mode == DeliveryMode::InTransaction);
+        if in_transaction {
+            return Err(CliError::Refused(format!(
+                "`{name}` runs inside the committing transaction (`in_transaction`): it has no deliveries for a pause to hold back, and pausing it cannot stop it without failing every commit of its events; stop it by deploying without it; nothing was paused"
+            )));
+        }
+    }
     let store = target.connect().await?;
     let known = known_destinations(&store, app).await?;
     if !args.force && !known.contains(name) {

@@ -10,6 +10,7 @@
 //!   dlq show   ID [--json]
 //!   dlq replay (ID... | --all | --handler H | --event NAME) --reason TEXT [--actor WHO] [--yes]
 //!   dlq purge  (ID... | --all | --handler H | --event NAME) --reason TEXT [--actor WHO] [--yes]
+//!   dlq resume AUDIT_ID
 //!   dlq audit  [--json] [--limit N]
 //!   outbox stats [--json]
 //!   handler list [--json]
@@ -53,12 +54,16 @@
 //!   refused. Selecting by `--all`, `--handler` or `--event` asks for confirmation on a
 //!   terminal and otherwise needs `--yes`; naming ids does not. An unknown id is an error and
 //!   nothing is changed.
-//! - A replay or purge is one transaction with one audit row (who, when, why, which dead
-//!   letters: `dlq audit`), however many rows it touches
-//!   ([`Store::resolve_dead_letters_with_progress`]): it applies entirely or not at all, and the
-//!   audit log has one entry per operation. On a terminal, more than 50 rows show a progress
-//!   bar. On SQLite the transaction holds the write lock until it ends; split a very large
-//!   replay with `--handler` / `--event` if workers must not wait for it.
+//! - A replay or purge has one audit row (who, when, why, which dead letters: `dlq audit`),
+//!   however many rows it touches. Over a selection (`--all`, `--handler`, `--event`) it
+//!   works in pages of [`RESOLVE_PAGE`] (500) dead letters, each its own transaction
+//!   ([`Store::resolve_matching`]): memory stays one page and, on SQLite, the write lock is
+//!   released between pages, so workers go on. Interrupted (a crash, a lost connection), the
+//!   pages done stay done and the audit row stays unfinished (`dlq audit` shows it); `dlq
+//!   resume AUDIT_ID` finishes it under the same row ([`Store::resume_resolution`]). Dead
+//!   letters that arrive while it runs are not touched. Named ids are resolved in one
+//!   transaction ([`Store::resolve_dead_letters_with_progress`]): all of them or none. On a
+//!   terminal, more than 50 rows show a progress bar.
 //! - `outbox stats` prints [`OutboxStats`]: events in the outbox, the pending backlog (and how
 //!   much of it waits behind a dead letter of its aggregate) and its oldest age in seconds,
 //!   open dead letters, deliveries in a status this version does not know (shown as unknown,
@@ -99,6 +104,8 @@
 //!   or `resume`, the actor, and the reason as `DESTINATION: TEXT`), in the same transaction
 //!   as the pause, since a pause changes what every process delivers. A name that nothing
 //!   knows is refused unless `--force` (to pause a handler before its first delivery).
+//!   Embedded, an `in_transaction` handler is refused, `--force` or not: it runs inside the
+//!   committing transaction and has no deliveries, so a pause would hold nothing back.
 //! - `handler list` shows every destination that has deliveries, dead letters or a pause (and,
 //!   embedded, every registered handler) with its counts and, for each pause in force, who
 //!   set it (`operator`, or the runtime component), since when, why, and the actor of the
@@ -178,6 +185,9 @@
 //! [`OutboxStats::unreadable`]: crate::OutboxStats::unreadable
 //! [`Store::purge_destination`]: crate::Store::purge_destination
 //! [`Store::retarget_destination`]: crate::Store::retarget_destination
+//! [`Store::resolve_matching`]: crate::Store::resolve_matching
+//! [`Store::resume_resolution`]: crate::Store::resume_resolution
+//! [`RESOLVE_PAGE`]: crate::store::RESOLVE_PAGE
 
 mod args;
 mod catalog;

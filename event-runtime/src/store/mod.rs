@@ -611,7 +611,9 @@ impl Store {
 
     /// Pauses the destination (handler) `destination` as an operator: no worker of any
     /// process claims its deliveries until [`resume_destination`](Self::resume_destination)
-    /// (deliveries already claimed finish). No attempt is used; other destinations flow.
+    /// (deliveries already claimed finish). No attempt is used; other destinations flow. An
+    /// `in_transaction` handler has no deliveries, so pausing its name holds nothing back
+    /// (the `events` tool refuses it).
     ///
     /// # Errors
     /// [`StoreError::Database`].
