@@ -513,7 +513,12 @@ async fn handler_purge_and_retarget_need_yes_and_refuse_a_relay() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|d| (d["handler"].as_str().unwrap(), d["relay"].as_bool().unwrap()))
+        .map(|d| {
+            (
+                d["handler"].as_str().unwrap(),
+                d["relay"].as_bool().unwrap(),
+            )
+        })
         .collect();
     assert_eq!(
         relays,
