@@ -214,7 +214,8 @@ pub use outbox::{
     PurgeReport, Routing, SystemClock, Workers, MAX_ERROR_BYTES, MIN_LEASE,
 };
 pub use store::{
-    AuditEntry, Backlog, BrokerMetadata, ConnectOptions, DeadLetter, DeadLetterFilter,
+    AuditEntry, Backlog, BrokerMetadata, ConnectOptions, DatabaseError, DeadLetter,
+    DeadLetterFilter,
     DeadLetterReason, DestinationBacklog, DestinationReport, FromSql, HandlerStats, OutboxStats,
     PausedDestination, Query, Resolution, Row, SqlValue, Store, StoreError, ToSql, Tx,
 };

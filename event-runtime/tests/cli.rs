@@ -1461,7 +1461,8 @@ async fn connecting_gives_up_after_the_timeout() {
     assert_eq!(r.0, ExitCode::from(2), "{}", r.2);
 }
 
-/// The database's own message, once, without sqlx's `error returned from database: `.
+/// The database's own message, once, without sqlx's `error returned from database: ` and
+/// without the `at line N` (of the server's C source) that sqlx appends, with its code.
 #[cfg(feature = "postgres")]
 #[tokio::test]
 async fn database_errors_read_once() {
@@ -1479,5 +1480,7 @@ async fn database_errors_read_once() {
     failed(&r, message);
     assert_eq!(r.2.matches(message).count(), 1, "{}", r.2);
     assert!(!r.2.contains("error returned from database"), "{}", r.2);
+    assert!(!r.2.contains(" at line "), "{}", r.2);
+    assert!(r.2.contains(&format!("{message} (code 3D000)")), "{}", r.2);
     assert_eq!(r.2.lines().count(), 1, "{}", r.2);
 }
