@@ -40,7 +40,11 @@
 //! - `dlq list` shows open dead letters (`--all` adds replayed and purged ones), oldest first.
 //!   `--limit N` (1 or more) shows the first N and says "showing N of M" when there are more.
 //!   `--json` prints [`DeadLetter`]s; the `envelope` field is the original envelope text,
-//!   byte for byte (`jq '.[].envelope | fromjson'`).
+//!   byte for byte (`jq '.[].envelope | fromjson'`). Its LAST ERROR column is the error
+//!   chain on one line, each cause once, without the row's own event id (the EVENT ID column
+//!   has it), cut to 100 characters. `dlq show` prints every field, the error chain whole,
+//!   the envelope, and for an inbox dead letter (a received message the inbox could not
+//!   accept) where it came from: stream, stream sequence, subject and delivery count.
 //! - In `dlq list`, `replay` and `purge`, a `--handler` or `--event` that matches nothing and
 //!   that nothing knows is an error that lists the names with open dead letters, so that a
 //!   typo fails instead of reporting an empty queue. A handler is known when a delivery or a
