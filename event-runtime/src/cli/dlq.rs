@@ -63,8 +63,13 @@ pub(super) async fn list(
         "LAST ERROR",
         "DEAD AT",
     ]);
-    let mut table =
-        Table::new(&header, &["ID", "ATTEMPTS", "HOLDS BACK"], io.terminal).wrap(&["LAST ERROR"]);
+    let mut table = Table::new(&header, &["ID", "ATTEMPTS", "HOLDS BACK"], io.terminal)
+        .wrap(&["LAST ERROR"])
+        .wrap_names(&["EVENT", "HANDLER"])
+        .drop_to_fit(
+            &["EVENT ID", "ATTEMPTS", "HOLDS BACK"],
+            "`dlq show ID` or `--json` shows every field",
+        );
     for d in &letters {
         let mut row = vec![d.id.to_string()];
         if args.all {

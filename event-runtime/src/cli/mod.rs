@@ -115,8 +115,13 @@
 //!   set it (`operator`, or the runtime component), since when, why, and the actor of the
 //!   operator's last audited pause.
 //!
-//! Tables are aligned by display width. On a terminal they have unicode borders; otherwise
-//! they are plain text, one line per row, columns two spaces apart. `--json` output has the
+//! Tables are aligned by display width. On a terminal they have unicode borders and fit its
+//! width (`COLUMNS` when set, else the size the terminal reports, else 120): free-text
+//! columns wrap, then names; ids, numbers and times are never broken, and when that is not
+//! enough a command leaves out the columns it can spare, saying which (`dlq list` drops
+//! EVENT ID, then ATTEMPTS and HOLDS BACK: `dlq show ID` has them). Terminals narrower than
+//! 60 columns get unfitted tables. Otherwise tables are plain text, one line per row, columns
+//! two spaces apart. `--json` output has the
 //! same shape whether or not it goes to a terminal.
 //!
 //! Errors print one line, `error: …`, on standard error: the error and each of its causes once,
@@ -415,8 +420,9 @@ pub(crate) struct Io<'w> {
     progress: bool,
     /// Ask for confirmation on the process's standard input.
     prompt: bool,
-    /// Standard output is a terminal: tables with borders, fitted to its width.
-    terminal: bool,
+    /// Standard output is a terminal of this width (`COLUMNS`, else its size, else 120):
+    /// tables with borders, fitted to it. `None`: plain tables.
+    terminal: Option<u16>,
 }
 
 /// Parses `args` (the first item is the program name, as in [`std::env::args_os`]) and runs the
@@ -443,7 +449,7 @@ where
         err: &mut err,
         progress: terminal,
         prompt: terminal && io::stdin().is_terminal(),
-        terminal: io::stdout().is_terminal(),
+        terminal: io::stdout().is_terminal().then(format::terminal_width),
     };
     let color = Color {
         out: io::stdout().is_terminal(),
@@ -478,7 +484,7 @@ impl<'w> Io<'w> {
             err,
             progress: false,
             prompt: false,
-            terminal: false,
+            terminal: None,
         }
     }
 }
