@@ -215,9 +215,9 @@ pub use outbox::{
 };
 pub use store::{
     AuditEntry, Backlog, BrokerMetadata, ConnectOptions, DatabaseError, DeadLetter,
-    DeadLetterFilter,
-    DeadLetterReason, DestinationBacklog, DestinationReport, FromSql, HandlerStats, OutboxStats,
-    PausedDestination, Query, Resolution, Row, SqlValue, Store, StoreError, ToSql, Tx,
+    DeadLetterFilter, DeadLetterReason, DestinationBacklog, DestinationReport, FromSql,
+    HandlerStats, OutboxStats, PausedDestination, Query, Resolution, Row, SqlValue, Store,
+    StoreError, ToSql, Tx,
 };
 /// Re-exported: the token [`Outbox::spawn_workers_with`] stops on.
 pub use tokio_util::sync::CancellationToken;

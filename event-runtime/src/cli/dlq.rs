@@ -224,7 +224,11 @@ pub(super) async fn show(
         field("subject", &b.subject);
         field(
             "delivered",
-            &count(b.delivery_count, "time by the broker", "times by the broker"),
+            &count(
+                b.delivery_count,
+                "time by the broker",
+                "times by the broker",
+            ),
         );
     }
     field("attempts", &d.attempts.to_string());

@@ -96,11 +96,7 @@ impl Table {
 
     /// Leaves out the columns `names`, in this order, while the table is still wider than the
     /// terminal; `where_shown` tells the reader where to find them (`dlq show ID`).
-    pub(super) fn drop_to_fit(
-        mut self,
-        names: &[&'static str],
-        where_shown: &'static str,
-    ) -> Self {
+    pub(super) fn drop_to_fit(mut self, names: &[&'static str], where_shown: &'static str) -> Self {
         self.droppable = (names.to_vec(), where_shown);
         self
     }
@@ -384,7 +380,10 @@ mod tests {
         )
         .wrap(&["LAST ERROR"])
         .wrap_names(&["EVENT", "HANDLER"])
-        .drop_to_fit(&["EVENT ID", "ATTEMPTS", "HOLDS BACK"], "`dlq show ID` has them");
+        .drop_to_fit(
+            &["EVENT ID", "ATTEMPTS", "HOLDS BACK"],
+            "`dlq show ID` has them",
+        );
         for (id, status, handler) in [
             ("1", "replayed", "billing::handlers::on_order_placed"),
             ("12", "open", "nats-inbox:orders"),
@@ -421,11 +420,15 @@ mod tests {
         }
         let narrow = dead_letters(120);
         assert!(
-            narrow.contains("(EVENT ID") && narrow.contains("not shown to fit 120 columns: `dlq show ID` has them"),
+            narrow.contains("(EVENT ID")
+                && narrow.contains("not shown to fit 120 columns: `dlq show ID` has them"),
             "{narrow}"
         );
         let wide = dead_letters(250);
-        assert!(wide.contains("01938f4c-7b1e-7c3a-9d2e-4f5a6b7c8d9e"), "{wide}");
+        assert!(
+            wide.contains("01938f4c-7b1e-7c3a-9d2e-4f5a6b7c8d9e"),
+            "{wide}"
+        );
         assert!(!wide.contains("not shown"), "{wide}");
     }
 
