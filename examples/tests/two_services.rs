@@ -381,7 +381,7 @@ fn billing_is_exact_after_a_clean_run_a_crash_before_the_ack_and_a_sigkill() {
         .find(|l| l.contains(&relay))
         .unwrap_or_else(|| panic!("no row of {relay} in the report:\n{stdout}"));
     let cells: Vec<&str> = row
-        .split(|c| c == '│' || c == '┆')
+        .split(['│', '┆'])
         .map(str::trim)
         .filter(|c| !c.is_empty())
         .collect();
