@@ -214,9 +214,10 @@ pub use outbox::{
     PurgeReport, Routing, SystemClock, Workers, MAX_ERROR_BYTES, MIN_LEASE,
 };
 pub use store::{
-    AuditEntry, Backlog, BrokerMetadata, ConnectOptions, DeadLetter, DeadLetterFilter,
-    DeadLetterReason, DestinationBacklog, DestinationReport, FromSql, HandlerStats, InboxIdentity,
-    OutboxStats, PausedDestination, Query, Resolution, Row, SqlValue, Store, StoreError, ToSql, Tx,
+    AuditEntry, Backlog, BrokerMetadata, ConnectOptions, DatabaseError, DeadLetter,
+    DeadLetterFilter, DeadLetterReason, DestinationBacklog, DestinationReport, FromSql,
+    HandlerStats, InboxIdentity, OutboxStats, PausedDestination, Query, Resolution, Row, SqlValue,
+    Store, StoreError, ToSql, Tx,
 };
 /// Re-exported: the token [`Outbox::spawn_workers_with`] stops on.
 pub use tokio_util::sync::CancellationToken;

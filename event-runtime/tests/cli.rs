@@ -1461,7 +1461,8 @@ async fn connecting_gives_up_after_the_timeout() {
     assert_eq!(r.0, ExitCode::from(2), "{}", r.2);
 }
 
-/// The database's own message, once, without sqlx's `error returned from database: `.
+/// The database's own message, once, without sqlx's `error returned from database: ` and
+/// without the `at line N` (of the server's C source) that sqlx appends, with its code.
 #[cfg(feature = "postgres")]
 #[tokio::test]
 async fn database_errors_read_once() {
@@ -1479,5 +1480,67 @@ async fn database_errors_read_once() {
     failed(&r, message);
     assert_eq!(r.2.matches(message).count(), 1, "{}", r.2);
     assert!(!r.2.contains("error returned from database"), "{}", r.2);
+    assert!(!r.2.contains(" at line "), "{}", r.2);
+    assert!(r.2.contains(&format!("{message} (code 3D000)")), "{}", r.2);
     assert_eq!(r.2.lines().count(), 1, "{}", r.2);
+}
+
+/// An inbox dead letter (a received message that conflicted with a stored event): `dlq show`
+/// says where it came from, and `dlq list`'s LAST ERROR says what conflicts with what instead
+/// of repeating the event id the EVENT ID column has.
+#[tokio::test]
+async fn an_inbox_conflict_shows_its_broker_metadata_and_what_conflicts() {
+    let db = Db::sqlite("inbox_conflict").await;
+    let id = Uuid::now_v7().to_string();
+    let chain = serde_json::to_string(&[
+        format!(
+            "event {id} conflicts with a stored event: parcel@shop p-7 already has sequence 3 under another event id (purge this dead letter if the stored event is the one to keep; a replay commits it once that place is free)"
+        ),
+        "concurrent modification: parcel@shop p-7 already has an event with sequence 3".to_owned(),
+    ])
+    .unwrap();
+    let envelope = format!(
+        r#"{{"id":"{id}","source":"shop","type":"parcel.sent","specversion":"1.0","subject":"p-7","data":{{}}}}"#
+    );
+    let broker = r#"{"stream":"PARCELS","stream_sequence":42,"delivery_count":2,"subject":"events.parcel.sent"}"#;
+    let mut tx = db.store.begin().await.unwrap();
+    tx.execute(
+        "INSERT INTO event_dead_letters (event_id, handler, name, version, envelope, attempts,
+            first_failed_at, last_failed_at, reason, error_chain, dead_at, kind, broker)
+         VALUES ($1, 'billing-inbox', 'parcel.sent', 1, $2, 2, 1000, 1000, 'conflict', $3, 1000,
+            'inbox', $4)",
+        &[
+            SqlValue::Text(&id),
+            SqlValue::Text(&envelope),
+            SqlValue::Text(&chain),
+            SqlValue::Text(broker),
+        ],
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    let dead = db.open_dead_letters().await;
+    assert_eq!(dead.len(), 1);
+
+    let r = db.cli(&["dlq", "show", &dead[0].id.to_string()]).await;
+    ok(&r);
+    for line in [
+        "  received from stream PARCELS",
+        "  stream seq    42",
+        "  subject       events.parcel.sent",
+        "  delivered     2 times by the broker",
+    ] {
+        assert!(r.1.lines().any(|l| l == line), "no {line:?} in:\n{}", r.1);
+    }
+
+    let r = db.cli(&["dlq", "list"]).await;
+    ok(&r);
+    let row = r.1.lines().nth(1).unwrap();
+    assert_eq!(row.matches(&id).count(), 1, "{row}");
+    assert!(
+        row.contains(
+            "conflicts with a stored event: parcel@shop p-7 already has sequence 3 under another event id"
+        ),
+        "{row}"
+    );
 }

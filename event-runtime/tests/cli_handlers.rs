@@ -8,7 +8,10 @@ use std::time::Duration;
 
 use event_core::{event_handler, DomainEvent, EventRecorder, HandlerError};
 use event_runtime::cli::{run_with_output, App};
-use event_runtime::{DeadLetterFilter, Dispatcher, Outbox, Registry, SqlValue, Store};
+use event_runtime::{
+    DeadLetterFilter, Delivery, DeliveryError, Destination, Dispatcher, Outbox, Registry, Routing,
+    SqlValue, Store,
+};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -44,6 +47,10 @@ struct LabelPrinted {
     #[event(aggregate_id)]
     id: String,
 }
+
+/// Runs in the committing transaction: it has no deliveries.
+#[event_handler(name = "cli_retire.stock", in_transaction)]
+fn stock(_: &CratePacked) {}
 
 /// A handler of the release after that takes other events.
 #[event_handler(name = "cli_retire.label")]
@@ -212,6 +219,7 @@ async fn handler_purge_and_retarget_take_what_removed_handlers_left() {
                 "cli_retire.ship",
                 "--actor",
                 "alice",
+                "--yes",
             ],
         )
         .await;
@@ -247,6 +255,7 @@ async fn handler_purge_and_retarget_take_what_removed_handlers_left() {
                 "bob",
                 "--reason",
                 "counted elsewhere",
+                "--yes",
             ],
         )
         .await;
@@ -425,4 +434,248 @@ async fn stats_count_a_delivery_whose_creation_time_is_text() {
         (stats["pending"].as_u64(), stats["unreadable"].as_u64()),
         (Some(1), Some(1))
     );
+}
+
+/// A transport's relay whose broker is down: every event it routes stays pending.
+struct DownRelay;
+
+#[async_trait::async_trait]
+impl Destination for DownRelay {
+    fn name(&self) -> &str {
+        "nats:down3"
+    }
+
+    fn route(&self, _: &event_core::EventDescriptor) -> Option<Routing> {
+        Some(Routing { ordered: true })
+    }
+
+    async fn deliver(&self, _: &Delivery<'_>) -> Result<(), DeliveryError> {
+        Err(DeliveryError::Unavailable {
+            reason: "the broker is down".into(),
+            retry_after: Duration::from_secs(60),
+        })
+    }
+}
+
+/// Pending deliveries per destination, by name.
+async fn pending(store: &Store) -> Vec<(String, u64)> {
+    let mut p: Vec<(String, u64)> = store
+        .stats()
+        .await
+        .unwrap()
+        .handlers
+        .into_iter()
+        .map(|h| (h.handler, h.pending))
+        .collect();
+    p.sort();
+    p
+}
+
+/// A relay's pending deliveries are events not yet published: `handler list` shows it as a
+/// relay and never suggests purging it; `handler purge|retarget` refuse it unless
+/// `--force-relay`, and give up on or move nothing without `--yes`, saying what would be lost.
+#[tokio::test]
+async fn handler_purge_and_retarget_need_yes_and_refuse_a_relay() {
+    let db = Db::sqlite("relay").await;
+    let before = Outbox::builder(db.store.clone())
+        .dispatcher(Dispatcher::builder_empty().handler::<old_count>())
+        .destination(std::sync::Arc::new(DownRelay))
+        .build()
+        .expect("outbox");
+    commit(&before, &[("r-1", false), ("r-2", false), ("r-3", false)]).await;
+    let left = vec![
+        ("cli_retire.old_count".to_owned(), 3),
+        ("nats:down3".to_owned(), 3),
+    ];
+    assert_eq!(pending(&db.store).await, left);
+    let registry = Registry::builder().handler::<ship>().build().unwrap();
+    let app = || App::embedded("shop events", &registry);
+
+    let r = db.cli(app(), &["handler", "list"]).await;
+    ok(&r);
+    let relay_line = r.1.lines().find(|l| l.starts_with("nats:down3")).unwrap();
+    assert!(relay_line.starts_with("nats:down3 (relay)"), "{}", r.1);
+    assert!(
+        r.1.contains("cli_retire.old_count (not registered)"),
+        "{}",
+        r.1
+    );
+    assert!(
+        r.1.lines()
+            .any(|l| l.starts_with("(relay): ") && l.contains("not yet published")),
+        "{}",
+        r.1
+    );
+    let r = db.cli(app(), &["handler", "list", "--json"]).await;
+    ok(&r);
+    let list: serde_json::Value = serde_json::from_str(&r.1).unwrap();
+    let relays: Vec<(&str, bool)> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            (
+                d["handler"].as_str().unwrap(),
+                d["relay"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        relays,
+        [
+            ("cli_retire.old_count", false),
+            ("cli_retire.ship", false),
+            ("nats:down3", true)
+        ]
+    );
+
+    // Each refusal says why and what would be lost, changes nothing and exits non-zero.
+    let refusals: [(&[&str], &[&str]); 5] = [
+        (
+            &["handler", "purge", "nats:down3", "--yes"],
+            &[
+                "`nats:down3` is a transport's relay",
+                "3 pending deliveries and 0 open dead letters are events committed but not yet published",
+                "never reach the consumers",
+                "--force-relay",
+                "nothing was purged",
+            ],
+        ),
+        (
+            &[
+                "handler",
+                "retarget",
+                "nats:down3",
+                "--to",
+                "cli_retire.ship",
+                "--yes",
+            ],
+            &[
+                "`nats:down3` is a transport's relay",
+                "never published",
+                "nothing was moved",
+            ],
+        ),
+        (
+            &["handler", "purge", "nats:down3", "--force-relay"],
+            &[
+                "`nats:down3` left 3 pending deliveries and 0 open dead letters",
+                "Pass --yes to confirm; nothing was purged",
+            ],
+        ),
+        (
+            &["handler", "purge", "cli_retire.old_count"],
+            &[
+                "`cli_retire.old_count` left 3 pending deliveries and 0 open dead letters: purging gives up on them, and those events are never delivered",
+                "Pass --yes to confirm; nothing was purged",
+            ],
+        ),
+        (
+            &[
+                "handler",
+                "retarget",
+                "cli_retire.old_count",
+                "--to",
+                "cli_retire.ship",
+            ],
+            &[
+                "`cli_retire.old_count` left 3 pending deliveries and 0 open dead letters: re-targeting moves them onto `cli_retire.ship`",
+                "Pass --yes to confirm; nothing was moved",
+            ],
+        ),
+    ];
+    for (args, messages) in refusals {
+        let mut args = args.to_vec();
+        args.extend(["--actor", "alice"]);
+        let r = db.cli(app(), &args).await;
+        for message in messages {
+            failed(&r, message);
+        }
+    }
+    assert_eq!(pending(&db.store).await, left);
+    assert!(db.store.audit_log(10).await.unwrap().is_empty());
+
+    let r = db
+        .cli(
+            app(),
+            &[
+                "handler",
+                "purge",
+                "nats:down3",
+                "--force-relay",
+                "--yes",
+                "--actor",
+                "alice",
+                "--reason",
+                "the stream was deleted for good",
+            ],
+        )
+        .await;
+    ok(&r);
+    assert!(
+        r.1.contains("purged what `nats:down3` left: 3 pending deliveries"),
+        "{}",
+        r.1
+    );
+    assert_eq!(
+        pending(&db.store).await,
+        [
+            ("cli_retire.old_count".to_owned(), 3),
+            ("nats:down3".to_owned(), 0)
+        ]
+    );
+}
+
+/// A pause holds back deliveries, and an in-transaction handler has none: pausing one is
+/// refused (it used to be accepted and change nothing), embedded, where the tool knows it.
+#[tokio::test]
+async fn pausing_an_in_transaction_handler_is_refused() {
+    let db = Db::sqlite("pause_in_tx").await;
+    let outbox = db.outbox(
+        Dispatcher::builder_empty()
+            .handler::<stock>()
+            .handler::<ship>(),
+    );
+    commit(&outbox, &[("p-1", false)]).await;
+    let registry = Registry::builder()
+        .handler::<stock>()
+        .handler::<ship>()
+        .build()
+        .unwrap();
+    let app = || App::embedded("shop events", &registry);
+    for force in [false, true] {
+        let mut args = vec![
+            "handler",
+            "pause",
+            "cli_retire.stock",
+            "--reason",
+            "stock counts are wrong",
+            "--actor",
+            "alice",
+        ];
+        if force {
+            args.push("--force");
+        }
+        failed(
+            &db.cli(app(), &args).await,
+            "`cli_retire.stock` runs inside the committing transaction (`in_transaction`): it has no deliveries for a pause to hold back",
+        );
+    }
+    assert!(db.store.paused_destinations().await.unwrap().is_empty());
+    assert!(db.store.audit_log(10).await.unwrap().is_empty());
+    // An after-commit handler of the same event still pauses.
+    ok(&db
+        .cli(
+            app(),
+            &[
+                "handler",
+                "pause",
+                "cli_retire.ship",
+                "--reason",
+                "carrier down",
+                "--actor",
+                "alice",
+            ],
+        )
+        .await);
 }

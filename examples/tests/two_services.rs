@@ -368,10 +368,30 @@ fn billing_is_exact_after_a_clean_run_a_crash_before_the_ack_and_a_sigkill() {
     };
     let started = Instant::now();
     let e = expected(&examples::orders::default_input());
-    let orders = summary("orders", &pair.orders().output().unwrap());
+    let out = pair.orders().output().unwrap();
+    let orders = summary("orders", &out);
     assert_orders_complete(&pair, &orders, &e);
     let events = count(&orders, "events_dispatched");
     eprintln!("{test}: orders done in {:?}", started.elapsed());
+    // The report shows the relay among the destinations, every event published.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let relay = format!("nats:{}", pair.stream);
+    let row = stdout
+        .lines()
+        .find(|l| l.contains(&relay))
+        .unwrap_or_else(|| panic!("no row of {relay} in the report:\n{stdout}"));
+    let cells: Vec<&str> = row
+        .split(['│', '┆'])
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .collect();
+    assert_eq!(cells[2], "relay, after commit", "{row}");
+    assert_eq!(
+        cells[4].replace(',', ""),
+        events.to_string(),
+        "published: {row}"
+    );
+    assert_eq!(cells[7], "0", "pending: {row}");
 
     // Three consumers of the same stream, each with its own database, at once.
     std::thread::scope(|s| {

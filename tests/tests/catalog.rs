@@ -77,7 +77,7 @@ fn registry<E: DomainEvent>() -> Registry {
 }
 
 fn snapshot_path(test: &str) -> std::path::PathBuf {
-    std::env::temp_dir().join(format!("{}.catalog.json", common::unique(test)))
+    common::temp_dir().join(format!("{}.catalog.json", common::unique(test)))
 }
 
 #[test]

@@ -122,7 +122,7 @@ fn lines(path: &Path, label: &str) -> Vec<Line> {
 
 async fn killed_worker(label: &str, url: &str, schema: Option<&str>) {
     let log_path = LOG
-        .get_or_init(|| std::env::temp_dir().join(format!("{}.log", common::unique("kill"))))
+        .get_or_init(|| common::temp_dir().join(format!("{}.log", common::unique("kill"))))
         .clone();
     let producer = outbox(open(url, schema).await);
     let mut uow = producer.begin().await.unwrap();
@@ -224,8 +224,7 @@ async fn killed_worker(label: &str, url: &str, schema: Option<&str>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_worker_repeats_only_its_calls_in_flight_sqlite() {
-    let path = std::env::temp_dir().join(format!("{}.db", common::unique("kill")));
-    let url = format!("sqlite://{}", path.display());
+    let url = common::sqlite_url("kill");
     killed_worker("sqlite", &url, None).await;
 }
 

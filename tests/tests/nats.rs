@@ -63,9 +63,10 @@ async fn nats(test: &str) -> Option<async_nats::Client> {
                 !require(),
                 "{test}: EVENTS_TEST_REQUIRE_SERVICES=1 but EVENTS_TEST_NATS_URL is not set"
             );
-            common::say_once(&format!(
-                "NATS cases skipped ({test} and others): EVENTS_TEST_NATS_URL is not set"
-            ));
+            common::say_once(
+                "NATS",
+                &format!("NATS cases skipped ({test} and others): EVENTS_TEST_NATS_URL is not set"),
+            );
             return None;
         }
     };
@@ -73,7 +74,10 @@ async fn nats(test: &str) -> Option<async_nats::Client> {
         Ok(c) => Some(c),
         Err(e) if require() => panic!("{test}: NATS at {url} is unreachable: {e}"),
         Err(e) => {
-            common::say_once(&format!("NATS cases skipped: {url} is unreachable: {e}"));
+            common::say_once(
+                "NATS",
+                &format!("NATS cases skipped: {url} is unreachable: {e}"),
+            );
             None
         }
     }
@@ -909,7 +913,7 @@ async fn the_official_python_client_and_cloudevents_sdk_read_every_published_eve
         ),
         Err(e) if require() => panic!("python3: {e}"),
         Err(e) => {
-            common::say_once(&format!("Python reader skipped: {e}"));
+            common::say_once("python3", &format!("Python reader skipped: {e}"));
             return;
         }
     };

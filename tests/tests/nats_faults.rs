@@ -45,7 +45,7 @@ fn enabled(test: &str) -> bool {
                 std::env::var("EVENTS_TEST_REQUIRE_SERVICES").as_deref() != Ok("1"),
                 "{test}: EVENTS_TEST_REQUIRE_SERVICES=1 but EVENTS_TEST_NATS_URL is not set"
             );
-            common::say_once(&format!(
+            common::say_once("NATS", &format!(
                 "NATS broker fault cases skipped ({test} and others): EVENTS_TEST_NATS_URL is not set"
             ));
             false

@@ -39,7 +39,7 @@ async fn an_empty_sqlite_path_is_refused_instead_of_a_throwaway_database() {
 
 #[tokio::test]
 async fn opening_for_operations_creates_nothing() {
-    let path = std::env::temp_dir().join(format!("{}.db", common::unique("open_nothing")));
+    let path = common::temp_dir().join(format!("{}.db", common::unique("open_nothing")));
     let url = format!("sqlite://{}", path.display());
     assert!(Store::open(&url, None).await.is_err());
     assert!(!path.exists(), "open must not create the file");

@@ -105,12 +105,7 @@ async fn ledger_of(store: &Store, account: &str) -> Vec<i64> {
 }
 
 async fn databases(test: &str) -> Vec<common::Db> {
-    let mut out = vec![common::Db::Sqlite(format!(
-        "sqlite://{}",
-        std::env::temp_dir()
-            .join(format!("{}.db", common::unique(test)))
-            .display()
-    ))];
+    let mut out = vec![common::Db::Sqlite(common::sqlite_url(test))];
     if let Some(url) = common::postgres_url(test) {
         out.push(common::Db::Postgres {
             url,

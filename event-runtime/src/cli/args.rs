@@ -176,7 +176,8 @@ pub(super) enum HandlerCommand {
     ///
     /// Until `handler resume`, no worker of any process claims the destination's deliveries;
     /// deliveries already claimed finish, and no attempt is used. The pause and the actor are
-    /// written to the audit log (`dlq audit`).
+    /// written to the audit log (`dlq audit`). Refused for an `in_transaction` handler
+    /// (embedded): it has no deliveries to hold back.
     Pause {
         /// The destination (handler) name
         name: String,
@@ -207,8 +208,11 @@ pub(super) enum HandlerCommand {
     /// Give up on what a handler that no longer exists left, audited (embedded only)
     ///
     /// Its pending deliveries are marked purged and its open dead letters resolved as purged,
-    /// in pages, with one audit row (`dlq audit`). Refused for a handler of this application
-    /// (its workers would race the purge) and while a live worker of any process holds one of
+    /// in pages, with one audit row (`dlq audit`): those events never reach it. Says how many
+    /// and asks for confirmation on a terminal; otherwise needs --yes. Refused for a handler
+    /// of this application (its workers would race the purge), for a transport's relay (a
+    /// name `TRANSPORT:…` such as `nats:orders`, whose pending deliveries are events not yet
+    /// published) unless --force-relay, and while a live worker of any process holds one of
     /// its deliveries. Interrupted, run it again: it finishes under the same audit row.
     Purge {
         /// The handler that no longer exists
@@ -219,6 +223,12 @@ pub(super) enum HandlerCommand {
         /// Who: written to the audit log [default: your login name]
         #[arg(long, value_name = "WHO")]
         actor: Option<String>,
+        /// Do not ask for confirmation
+        #[arg(long, short = 'y')]
+        yes: bool,
+        /// Purge a transport's relay too: its unpublished events never reach the consumers
+        #[arg(long)]
+        force_relay: bool,
     },
     /// Move what a handler that no longer exists left onto a handler of this application,
     /// audited (embedded only)
@@ -226,9 +236,12 @@ pub(super) enum HandlerCommand {
     /// Its pending deliveries join the new handler's runs per aggregate in sequence order
     /// (due now, attempts reset), its open dead letters move with their deliveries and can be
     /// replayed to the new handler; a delivery of an event the new handler already has is
-    /// dropped as a duplicate. In pages, with one audit row. Refused for an old handler of
-    /// this application, a new one it does not have, and while a live worker holds a delivery
-    /// of the old one. Interrupted, run it again: it finishes under the same audit row.
+    /// dropped as a duplicate. In pages, with one audit row. Says how many and asks for
+    /// confirmation on a terminal; otherwise needs --yes. Refused for an old handler of this
+    /// application, a new one it does not have, a transport's relay (`nats:orders`: its
+    /// events would go to the handler instead of being published) unless --force-relay, and
+    /// while a live worker holds a delivery of the old one. Interrupted, run it again: it
+    /// finishes under the same audit row.
     Retarget {
         /// The handler that no longer exists
         name: String,
@@ -241,6 +254,12 @@ pub(super) enum HandlerCommand {
         /// Who: written to the audit log [default: your login name]
         #[arg(long, value_name = "WHO")]
         actor: Option<String>,
+        /// Do not ask for confirmation
+        #[arg(long, short = 'y')]
+        yes: bool,
+        /// Re-target a transport's relay too: its unpublished events are never published
+        #[arg(long)]
+        force_relay: bool,
     },
 }
 

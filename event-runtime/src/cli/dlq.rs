@@ -63,8 +63,13 @@ pub(super) async fn list(
         "LAST ERROR",
         "DEAD AT",
     ]);
-    let mut table =
-        Table::new(&header, &["ID", "ATTEMPTS", "HOLDS BACK"], io.terminal).wrap(&["LAST ERROR"]);
+    let mut table = Table::new(&header, &["ID", "ATTEMPTS", "HOLDS BACK"], io.terminal)
+        .wrap(&["LAST ERROR"])
+        .wrap_names(&["EVENT", "HANDLER"])
+        .drop_to_fit(
+            &["EVENT ID", "ATTEMPTS", "HOLDS BACK"],
+            "`dlq show ID` or `--json` shows every field",
+        );
     for d in &letters {
         let mut row = vec![d.id.to_string()];
         if args.all {
@@ -77,7 +82,7 @@ pub(super) async fn list(
             d.attempts.to_string(),
             d.held_back.to_string(),
             d.reason.to_string(),
-            truncate(&one_line(&each_once(&d.error_chain).join(": ")), 60),
+            last_error(d),
             time(d.dead_at),
         ]);
         table.row(row);
@@ -100,6 +105,22 @@ pub(super) async fn list(
         }
     }
     Ok(())
+}
+
+/// Characters of the error chain `dlq list` shows (`dlq show` shows it whole).
+const LAST_ERROR_CHARS: usize = 100;
+
+/// The error chain on one line for the LAST ERROR column, each cause once, without the dead
+/// letter's own event id (the EVENT ID column has it; an inbox's conflict message opens with
+/// it, which left no room for what conflicts with what), cut to [`LAST_ERROR_CHARS`].
+fn last_error(d: &DeadLetter) -> String {
+    let chain = each_once(&d.error_chain).join(": ");
+    let id = d.event_id.to_string();
+    let chain = chain
+        .replace(&format!("event {id} "), "")
+        .replace(&format!("event {id}"), "the event")
+        .replace(&id, "the event");
+    truncate(&one_line(&chain), LAST_ERROR_CHARS)
 }
 
 /// ` of handler `h`, event `e`, in that time range`, or nothing.
@@ -196,6 +217,20 @@ pub(super) async fn show(
     field("event", &format!("{} v{}", d.event_name, d.event_version));
     field("event id", &d.event_id.to_string());
     field("handler", &d.handler);
+    if let Some(b) = &d.broker {
+        // An inbox dead letter: a received message, with where it came from.
+        field("received from", &format!("stream {}", b.stream));
+        field("stream seq", &b.stream_sequence.to_string());
+        field("subject", &b.subject);
+        field(
+            "delivered",
+            &count(
+                b.delivery_count,
+                "time by the broker",
+                "times by the broker",
+            ),
+        );
+    }
     field("attempts", &d.attempts.to_string());
     field("reason", d.reason.as_str());
     field("first failed", &time_ms(d.first_failed_at));

@@ -4,7 +4,9 @@
 use std::collections::BTreeSet;
 
 use chrono::{DateTime, Utc};
+use event_core::DeliveryMode;
 
+use crate::outbox::destination::relay_name;
 use crate::store::{AuditEntry, PausedDestination, Store, OPERATOR};
 
 use super::connect::Target;
@@ -29,6 +31,8 @@ struct Destination {
     unreadable: u64,
     /// Whether the embedding application registers this handler; `null` standalone.
     registered: Option<bool>,
+    /// A transport's relay (a name `TRANSPORT:…`, see [`is_relay`]), not a handler.
+    relay: bool,
     paused: bool,
     pauses: Vec<Pause>,
 }
@@ -84,6 +88,7 @@ pub(super) async fn list(
                 unknown: s.map_or(0, |s| s.unknown),
                 unreadable: s.map_or(0, |s| s.unreadable),
                 registered: registered.as_ref().map(|r| r.contains(name.as_str())),
+                relay: is_relay(&name, app),
                 paused: !pauses.is_empty(),
                 pauses,
                 handler: name,
@@ -99,7 +104,8 @@ pub(super) async fn list(
     }
     let unknown = rows.iter().any(|r| r.unknown > 0);
     let unreadable = rows.iter().any(|r| r.unreadable > 0);
-    let unregistered = rows.iter().any(|r| r.registered == Some(false));
+    let unregistered = rows.iter().any(|r| r.registered == Some(false) && !r.relay);
+    let relays = rows.iter().any(|r| r.relay);
     let mut header = vec!["HANDLER", "PENDING", "COMPLETED", "DEAD"];
     if unknown {
         header.push("UNKNOWN");
@@ -116,7 +122,9 @@ pub(super) async fn list(
     .wrap(&["PAUSED"]);
     for r in &rows {
         let mut name = r.handler.clone();
-        if r.registered == Some(false) {
+        if r.relay {
+            name.push_str(" (relay)");
+        } else if r.registered == Some(false) {
             name.push_str(" (not registered)");
         }
         let mut row = vec![
@@ -145,7 +153,23 @@ pub(super) async fn list(
             "(not registered): this application has no handler of that name; its deliveries wait for one that has (`handler retarget NAME --to HANDLER` moves them, `handler purge NAME` gives up on them)"
         )?;
     }
+    if relays {
+        writeln!(
+            io.out,
+            "(relay): a transport's relay to a broker; its pending deliveries are committed events not yet published, which the application publishes when it runs with that transport configured"
+        )?;
+    }
     Ok(())
+}
+
+/// Whether `name` is a transport's relay rather than a handler: a name of the form
+/// `TRANSPORT:REST` (`nats:orders`, the rule of `outbox::destination::relay_name`) that is not
+/// a handler of the application.
+pub(super) fn is_relay(name: &str, app: &App<'_>) -> bool {
+    relay_name(name)
+        && app
+            .registry()
+            .is_none_or(|r| !r.handlers().iter().any(|h| h.name == name))
 }
 
 fn with_actor(p: &PausedDestination, audit: &[AuditEntry]) -> Pause {
@@ -202,8 +226,19 @@ pub(super) async fn pause(
         ));
     }
     let actor = actor(args.actor.as_deref(), "paused")?;
-    let store = target.connect().await?;
     let name = args.name.as_str();
+    if let Some(registry) = app.registry() {
+        let in_transaction = registry
+            .handlers()
+            .iter()
+            .any(|h| h.name == name && h.mode == DeliveryMode::InTransaction);
+        if in_transaction {
+            return Err(CliError::Refused(format!(
+                "`{name}` runs inside the committing transaction (`in_transaction`): it has no deliveries for a pause to hold back, and pausing it cannot stop it without failing every commit of its events; stop it by deploying without it; nothing was paused"
+            )));
+        }
+    }
+    let store = target.connect().await?;
     let known = known_destinations(&store, app).await?;
     if !args.force && !known.contains(name) {
         return Err(unknown_destination(
@@ -330,5 +365,30 @@ fn unknown_destination(
         embedded: app.registry().is_some(),
         known_what,
         known: known.into_iter().collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relays_are_named_transport_colon_rest() {
+        let app = App::standalone();
+        for relay in ["nats:orders", "nats:DOWN3", "kafka-2:a:b", "x_y:z"] {
+            assert!(is_relay(relay, &app), "{relay}");
+        }
+        for handler in [
+            "shop::mail::send",
+            "billing.on_order_placed",
+            "Nats:orders",
+            "nats:",
+            ":orders",
+            "nats::orders",
+            "2nats:orders",
+            "nats.x:orders",
+        ] {
+            assert!(!is_relay(handler, &app), "{handler}");
+        }
     }
 }

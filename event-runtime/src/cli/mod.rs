@@ -10,13 +10,16 @@
 //!   dlq show   ID [--json]
 //!   dlq replay (ID... | --all | --handler H | --event NAME) --reason TEXT [--actor WHO] [--yes]
 //!   dlq purge  (ID... | --all | --handler H | --event NAME) --reason TEXT [--actor WHO] [--yes]
+//!   dlq resume AUDIT_ID
 //!   dlq audit  [--json] [--limit N]
 //!   outbox stats [--json]
 //!   handler list [--json]
 //!   handler pause  NAME --reason TEXT [--actor WHO] [--force]
 //!   handler resume NAME [--reason TEXT] [--actor WHO]
-//!   handler purge    OLD [--reason TEXT] [--actor WHO]             (embedded only)
-//!   handler retarget OLD --to NEW [--reason TEXT] [--actor WHO]    (embedded only)
+//!   handler purge    OLD [--reason TEXT] [--actor WHO] [--yes] [--force-relay]
+//!                                                                  (embedded only)
+//!   handler retarget OLD --to NEW [--reason TEXT] [--actor WHO] [--yes] [--force-relay]
+//!                                                                  (embedded only)
 //!   catalog [--json]      (embedded only: the application's event types)
 //!   check                 (embedded only: every pending delivery and dead letter decodes,
 //!                          and the engine can read every delivery row)
@@ -39,7 +42,11 @@
 //! - `dlq list` shows open dead letters (`--all` adds replayed and purged ones), oldest first.
 //!   `--limit N` (1 or more) shows the first N and says "showing N of M" when there are more.
 //!   `--json` prints [`DeadLetter`]s; the `envelope` field is the original envelope text,
-//!   byte for byte (`jq '.[].envelope | fromjson'`).
+//!   byte for byte (`jq '.[].envelope | fromjson'`). Its LAST ERROR column is the error
+//!   chain on one line, each cause once, without the row's own event id (the EVENT ID column
+//!   has it), cut to 100 characters. `dlq show` prints every field, the error chain whole,
+//!   the envelope, and for an inbox dead letter (a received message the inbox could not
+//!   accept) where it came from: stream, stream sequence, subject and delivery count.
 //! - In `dlq list`, `replay` and `purge`, a `--handler` or `--event` that matches nothing and
 //!   that nothing knows is an error that lists the names with open dead letters, so that a
 //!   typo fails instead of reporting an empty queue. A handler is known when a delivery or a
@@ -53,12 +60,16 @@
 //!   refused. Selecting by `--all`, `--handler` or `--event` asks for confirmation on a
 //!   terminal and otherwise needs `--yes`; naming ids does not. An unknown id is an error and
 //!   nothing is changed.
-//! - A replay or purge is one transaction with one audit row (who, when, why, which dead
-//!   letters: `dlq audit`), however many rows it touches
-//!   ([`Store::resolve_dead_letters_with_progress`]): it applies entirely or not at all, and the
-//!   audit log has one entry per operation. On a terminal, more than 50 rows show a progress
-//!   bar. On SQLite the transaction holds the write lock until it ends; split a very large
-//!   replay with `--handler` / `--event` if workers must not wait for it.
+//! - A replay or purge has one audit row (who, when, why, which dead letters: `dlq audit`),
+//!   however many rows it touches. Over a selection (`--all`, `--handler`, `--event`) it
+//!   works in pages of [`RESOLVE_PAGE`] (500) dead letters, each its own transaction
+//!   ([`Store::resolve_matching`]): memory stays one page and, on SQLite, the write lock is
+//!   released between pages, so workers go on. Interrupted (a crash, a lost connection), the
+//!   pages done stay done and the audit row stays unfinished (`dlq audit` shows it); `dlq
+//!   resume AUDIT_ID` finishes it under the same row ([`Store::resume_resolution`]). Dead
+//!   letters that arrive while it runs are not touched. Named ids are resolved in one
+//!   transaction ([`Store::resolve_dead_letters_with_progress`]): all of them or none. On a
+//!   terminal, more than 50 rows show a progress bar.
 //! - `outbox stats` prints [`OutboxStats`]: events in the outbox, the pending backlog (and how
 //!   much of it waits behind a dead letter of its aggregate) and its oldest age in seconds,
 //!   open dead letters, deliveries in a status this version does not know (shown as unknown,
@@ -79,9 +90,18 @@
 //!   defaults to `no longer registered` / `replaced by NEW`; the actor as for `dlq replay`).
 //!   `OLD` must not be a handler of the application (its workers would race the change),
 //!   `NEW` must be one of its after-commit handlers, and no live worker of any process may
-//!   hold a delivery of `OLD`; a refusal changes nothing and exits 1. The tool knows the
-//!   application's handlers, not its transports' destinations: name handlers only. An
-//!   interrupted one is finished by running the same command again.
+//!   hold a delivery of `OLD`; a refusal changes nothing and exits 1. Both say what `OLD`
+//!   left (its pending deliveries and open dead letters) and ask for confirmation on a
+//!   terminal; otherwise they need `--yes`. An interrupted one is finished by running the
+//!   same command again.
+//! - A transport's relay is a destination named `TRANSPORT:…` (a lower-case word and a
+//!   single `:`, such as the NATS relay's `nats:<stream>`) that is not a handler of the
+//!   application; handler names never take that form (a default name is a module path with
+//!   `::`, a pinned one is dotted). Its pending deliveries are events committed but not yet
+//!   published: they wait for the application to run with that transport configured.
+//!   `handler purge` and `handler retarget` refuse a relay unless `--force-relay` is given
+//!   (its unpublished events would never reach the consumers), and `handler list` shows it
+//!   as `(relay)` (`"relay": true` in `--json`).
 //! - `handler pause` stops every worker of every process from claiming the destination's
 //!   deliveries ([`Store::pause_destination_audited`]); deliveries already claimed finish and
 //!   no attempt is used. `handler resume` lifts the operator's pause; a pause the runtime set
@@ -90,13 +110,20 @@
 //!   or `resume`, the actor, and the reason as `DESTINATION: TEXT`), in the same transaction
 //!   as the pause, since a pause changes what every process delivers. A name that nothing
 //!   knows is refused unless `--force` (to pause a handler before its first delivery).
+//!   Embedded, an `in_transaction` handler is refused, `--force` or not: it runs inside the
+//!   committing transaction and has no deliveries, so a pause would hold nothing back.
 //! - `handler list` shows every destination that has deliveries, dead letters or a pause (and,
 //!   embedded, every registered handler) with its counts and, for each pause in force, who
 //!   set it (`operator`, or the runtime component), since when, why, and the actor of the
 //!   operator's last audited pause.
 //!
-//! Tables are aligned by display width. On a terminal they have unicode borders; otherwise
-//! they are plain text, one line per row, columns two spaces apart. `--json` output has the
+//! Tables are aligned by display width. On a terminal they have unicode borders and fit its
+//! width (`COLUMNS` when set, else the size the terminal reports, else 120): free-text
+//! columns wrap, then names; ids, numbers and times are never broken, and when that is not
+//! enough a command leaves out the columns it can spare, saying which (`dlq list` drops
+//! EVENT ID, then ATTEMPTS and HOLDS BACK: `dlq show ID` has them). Terminals narrower than
+//! 60 columns get unfitted tables. Otherwise tables are plain text, one line per row, columns
+//! two spaces apart. `--json` output has the
 //! same shape whether or not it goes to a terminal.
 //!
 //! Errors print one line, `error: …`, on standard error: the error and each of its causes once,
@@ -169,6 +196,9 @@
 //! [`OutboxStats::unreadable`]: crate::OutboxStats::unreadable
 //! [`Store::purge_destination`]: crate::Store::purge_destination
 //! [`Store::retarget_destination`]: crate::Store::retarget_destination
+//! [`Store::resolve_matching`]: crate::Store::resolve_matching
+//! [`Store::resume_resolution`]: crate::Store::resume_resolution
+//! [`RESOLVE_PAGE`]: crate::store::RESOLVE_PAGE
 
 mod args;
 mod catalog;
@@ -392,8 +422,9 @@ pub(crate) struct Io<'w> {
     progress: bool,
     /// Ask for confirmation on the process's standard input.
     prompt: bool,
-    /// Standard output is a terminal: tables with borders, fitted to its width.
-    terminal: bool,
+    /// Standard output is a terminal of this width (`COLUMNS`, else its size, else 120):
+    /// tables with borders, fitted to it. `None`: plain tables.
+    terminal: Option<u16>,
 }
 
 /// Parses `args` (the first item is the program name, as in [`std::env::args_os`]) and runs the
@@ -420,7 +451,7 @@ where
         err: &mut err,
         progress: terminal,
         prompt: terminal && io::stdin().is_terminal(),
-        terminal: io::stdout().is_terminal(),
+        terminal: io::stdout().is_terminal().then(format::terminal_width),
     };
     let color = Color {
         out: io::stdout().is_terminal(),
@@ -455,7 +486,7 @@ impl<'w> Io<'w> {
             err,
             progress: false,
             prompt: false,
-            terminal: false,
+            terminal: None,
         }
     }
 }
@@ -580,12 +611,16 @@ async fn execute_io(cli: Cli, app: App<'_>, io: &mut Io<'_>) -> Result<(), CliEr
             name,
             reason,
             actor,
+            yes,
+            force_relay,
         }) => {
             let args = retire::RetireArgs {
                 name,
                 to: None,
                 reason,
                 actor,
+                yes,
+                force_relay,
             };
             retire::retire(&target, &app, args, io).await
         }
@@ -594,12 +629,16 @@ async fn execute_io(cli: Cli, app: App<'_>, io: &mut Io<'_>) -> Result<(), CliEr
             to,
             reason,
             actor,
+            yes,
+            force_relay,
         }) => {
             let args = retire::RetireArgs {
                 name,
                 to: Some(to),
                 reason,
                 actor,
+                yes,
+                force_relay,
             };
             retire::retire(&target, &app, args, io).await
         }

@@ -252,7 +252,7 @@ fn selection(args: &ResolveArgs) -> String {
 }
 
 /// Asks on the terminal; `false` without one.
-fn confirm(question: &str, io: &mut Io<'_>) -> Result<bool, CliError> {
+pub(super) fn confirm(question: &str, io: &mut Io<'_>) -> Result<bool, CliError> {
     if !io.prompt {
         return Ok(false);
     }

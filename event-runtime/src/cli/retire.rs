@@ -9,7 +9,8 @@ use event_core::DeliveryMode;
 
 use super::connect::Target;
 use super::format::{count, time};
-use super::resolve::actor;
+use super::handler::is_relay;
+use super::resolve::{actor, confirm};
 use super::{no_registry, App, CliError, Io};
 
 /// What `handler purge` or `handler retarget` was asked.
@@ -19,6 +20,10 @@ pub(super) struct RetireArgs {
     pub(super) to: Option<String>,
     pub(super) reason: Option<String>,
     pub(super) actor: Option<String>,
+    /// Confirmed on the command line.
+    pub(super) yes: bool,
+    /// A transport's relay may be purged or re-targeted.
+    pub(super) force_relay: bool,
 }
 
 pub(super) async fn retire(
@@ -75,6 +80,37 @@ pub(super) async fn retire(
     }
     if let Some(to) = &args.to {
         takes_what_was_left(registry, &store, name, to).await?;
+    }
+    let what = format!(
+        "{} and {}",
+        count(left.pending, "pending delivery", "pending deliveries"),
+        count(left.dead, "open dead letter", "open dead letters")
+    );
+    if is_relay(name, app) && !args.force_relay {
+        let fate = match &args.to {
+            None => "purging them means they never reach the consumers",
+            Some(_) => "moving them means the handler gets them and they are never published",
+        };
+        return Err(CliError::Refused(format!(
+            "`{name}` is a transport's relay, not a removed handler: its {what} are events committed but not yet published, and {fate}; run the application with that transport configured to publish them, or pass --force-relay if the relay is gone for good; nothing was {done}"
+        )));
+    }
+    if !args.yes {
+        let summary = match &args.to {
+            None => format!(
+                "`{name}` left {what}: purging gives up on them, and those events are never delivered"
+            ),
+            Some(to) => format!(
+                "`{name}` left {what}: re-targeting moves them onto `{to}`"
+            ),
+        };
+        if !confirm(&format!("{summary}. Go ahead?"), io)? {
+            return Err(CliError::Refused(if io.prompt {
+                format!("not confirmed; nothing was {done}")
+            } else {
+                format!("{summary}. Pass --yes to confirm; nothing was {done}")
+            }));
+        }
     }
     let report = match &args.to {
         None => store.purge_destination(name, &actor, &reason).await,

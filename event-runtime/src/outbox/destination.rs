@@ -74,6 +74,10 @@ pub struct Routing {
 ///
 /// Its name is stored in the `handler` column of each delivery, as a handler's is, so it must
 /// not be a handler's name, and must never change while deliveries to it may be pending.
+/// Name it `TRANSPORT:…` (the NATS relay's default is `nats:<stream>`): the `events` tool
+/// takes a name of that form (a lower-case word and a single `:`) for a relay, shows it as
+/// one, and refuses to purge or re-target its pending deliveries (events not yet published)
+/// unless forced.
 #[async_trait]
 pub trait Destination: Send + Sync + 'static {
     /// The name deliveries to it are stored under.
@@ -112,6 +116,24 @@ pub trait Destination: Send + Sync + 'static {
     fn concurrency(&self) -> Option<usize> {
         None
     }
+}
+
+/// Whether `name` has the form of a transport's relay: `TRANSPORT:REST` (`nats:orders`),
+/// `TRANSPORT` a word of lower-case ASCII letters, digits, `-` and `_` that starts with a
+/// letter, followed by a single `:`. A handler's default name is its module path
+/// (`shop::mail::send`: double colons) and a pinned one follows the dotted convention
+/// (`billing.on_order_placed`), so neither takes this form; where a registry is at hand, a
+/// registered handler is never taken for a relay (the `events` tool checks that too).
+pub(crate) fn relay_name(name: &str) -> bool {
+    let Some((transport, rest)) = name.split_once(':') else {
+        return false;
+    };
+    transport.starts_with(|c: char| c.is_ascii_lowercase())
+        && transport
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
+        && !rest.is_empty()
+        && !rest.starts_with(':')
 }
 
 /// What a claimed delivery's destination is, to the engine.

@@ -6,6 +6,7 @@
 use crate::store::{DestinationReport, HandlerStats};
 use event_core::ErrorChain;
 
+use super::destination::relay_name;
 use super::{Outbox, OutboxError};
 
 impl Outbox {
@@ -162,6 +163,15 @@ impl Outbox {
         match self.unregistered_destinations().await {
             Ok(left) => {
                 for h in left {
+                    if relay_name(&h.handler) {
+                        tracing::warn!(
+                            destination = %h.handler,
+                            pending = h.pending,
+                            dead_letters = h.dead,
+                            "unpublished events of a transport's relay this process does not have: they wait for a process that runs with that transport configured (configure it here to publish them); they are not a removed handler's, so do not purge them"
+                        );
+                        continue;
+                    }
                     tracing::warn!(
                         handler = %h.handler,
                         pending = h.pending,

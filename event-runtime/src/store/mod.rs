@@ -99,9 +99,10 @@ pub enum StoreError {
         /// The timeout.
         after: Duration,
     },
-    /// The database refused a statement or the connection failed.
+    /// The database refused a statement or the connection failed: the database's message is
+    /// the [`DatabaseError`] (its `source()`).
     #[error("database error")]
-    Database(#[from] sqlx::Error),
+    Database(#[from] DatabaseError),
     /// Applying the bundled migrations failed.
     #[error("migrating the outbox schema failed")]
     Migrate(#[from] sqlx::migrate::MigrateError),
@@ -182,6 +183,71 @@ pub enum StoreError {
     /// [`Query::fetch_one`] found no row.
     #[error("the query returned no row")]
     NoRow,
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> Self {
+        StoreError::Database(DatabaseError(e))
+    }
+}
+
+/// What the database said, as [`StoreError::Database`]'s source: the database's own message
+/// and its error code (`relation "orders" does not exist (code 42P01)`), without sqlx's
+/// `error returned from database: ` prefix and without the `at line N` that sqlx appends to a
+/// PostgreSQL error, which is the line of the *server's* C source that raised it (its
+/// `pg_*.c` file), not a line of the SQL, and only misleads. The whole sqlx error, with the
+/// server's file, line and routine, is [`sqlx`](Self::sqlx) (and `Debug`).
+#[derive(Debug)]
+pub struct DatabaseError(sqlx::Error);
+
+impl DatabaseError {
+    /// The sqlx error.
+    pub fn sqlx(&self) -> &sqlx::Error {
+        &self.0
+    }
+
+    /// The sqlx error, owned.
+    pub fn into_sqlx(self) -> sqlx::Error {
+        self.0
+    }
+
+    /// The database's error code when the database refused something (a SQLSTATE on
+    /// PostgreSQL, SQLite's extended result code).
+    pub fn code(&self) -> Option<std::borrow::Cow<'_, str>> {
+        self.0.as_database_error().and_then(|db| db.code())
+    }
+}
+
+impl From<sqlx::Error> for DatabaseError {
+    fn from(e: sqlx::Error) -> Self {
+        DatabaseError(e)
+    }
+}
+
+impl std::fmt::Display for DatabaseError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0.as_database_error() {
+            Some(db) => {
+                f.write_str(db.message())?;
+                match db.code() {
+                    Some(code) => write!(f, " (code {code})"),
+                    None => Ok(()),
+                }
+            }
+            None => std::fmt::Display::fmt(&self.0, f),
+        }
+    }
+}
+
+impl std::error::Error for DatabaseError {
+    /// The database's refusal is said whole by `Display`; other sqlx errors keep their cause
+    /// (an I/O or TLS error).
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match &self.0 {
+            sqlx::Error::Database(_) => None,
+            other => other.source(),
+        }
+    }
 }
 
 /// How [`Store::connect_with`] opens a store.
@@ -614,7 +680,9 @@ impl Store {
 
     /// Pauses the destination (handler) `destination` as an operator: no worker of any
     /// process claims its deliveries until [`resume_destination`](Self::resume_destination)
-    /// (deliveries already claimed finish). No attempt is used; other destinations flow.
+    /// (deliveries already claimed finish). No attempt is used; other destinations flow. An
+    /// `in_transaction` handler has no deliveries, so pausing its name holds nothing back
+    /// (the `events` tool refuses it).
     ///
     /// # Errors
     /// [`StoreError::Database`].

@@ -1,6 +1,6 @@
 //! [`TestOutbox`]: an outbox over a temporary SQLite file, driven by a [`ManualClock`], with
-//! the calls a handler test makes. Owns the file (removed on drop); adds no behaviour to the
-//! outbox it wraps.
+//! the calls a handler test makes. Owns the file (removed on drop, and when making the outbox
+//! fails); adds no behaviour to the outbox it wraps.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,13 +32,27 @@ const ROUNDS: usize = 10_000;
 pub struct TestOutbox {
     outbox: Outbox,
     clock: Arc<ManualClock>,
-    path: PathBuf,
+    file: TempFile,
+}
+
+/// The SQLite file and its journals, removed when dropped: with the [`TestOutbox`], or at once
+/// when making it fails (the file is created before the outbox is built).
+struct TempFile(PathBuf);
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        for suffix in ["", "-wal", "-shm", "-journal"] {
+            let mut path = self.0.clone().into_os_string();
+            path.push(suffix);
+            let _ = std::fs::remove_file(path);
+        }
+    }
 }
 
 impl std::fmt::Debug for TestOutbox {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TestOutbox")
-            .field("path", &self.path)
+            .field("path", &self.file.0)
             .field("now_ms", &crate::Clock::now_ms(&*self.clock))
             .finish()
     }
@@ -72,13 +86,13 @@ impl TestOutbox {
         configure: impl FnOnce(OutboxBuilder) -> OutboxBuilder,
     ) -> Result<Self, OutboxError> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
-        let path = std::env::temp_dir().join(format!(
+        let file = TempFile(std::env::temp_dir().join(format!(
             "event-runtime-test-{}-{}-{}.db",
             std::process::id(),
             NEXT.fetch_add(1, Ordering::Relaxed),
             crate::Clock::now_ms(&crate::SystemClock),
-        ));
-        let store = Store::connect(&format!("sqlite://{}", path.display())).await?;
+        )));
+        let store = Store::connect(&format!("sqlite://{}", file.0.display())).await?;
         let clock = Arc::new(ManualClock::new());
         let outbox = configure(Outbox::builder(store).dispatcher(dispatcher))
             .clock(Arc::clone(&clock) as Arc<dyn crate::Clock>)
@@ -86,7 +100,7 @@ impl TestOutbox {
         Ok(TestOutbox {
             outbox,
             clock,
-            path,
+            file,
         })
     }
 
@@ -246,12 +260,42 @@ impl TestOutbox {
     }
 }
 
-impl Drop for TestOutbox {
-    fn drop(&mut self) {
-        for suffix in ["", "-wal", "-shm", "-journal"] {
-            let mut path = self.path.clone().into_os_string();
-            path.push(suffix);
-            let _ = std::fs::remove_file(path);
-        }
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outbox::OutboxConfig;
+
+    /// This process's harness files in the temporary directory (no other test of this binary
+    /// makes a `TestOutbox`).
+    fn files() -> Vec<String> {
+        let prefix = format!("event-runtime-test-{}-", std::process::id());
+        let mut names: Vec<String> = std::fs::read_dir(std::env::temp_dir())
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.starts_with(&prefix))
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[tokio::test]
+    async fn the_file_is_removed_when_the_outbox_is_dropped_or_cannot_be_built() {
+        let before = files();
+        let outbox = TestOutbox::new(crate::Dispatcher::builder_empty())
+            .await
+            .unwrap();
+        assert!(outbox.file.0.exists());
+        drop(outbox);
+        assert_eq!(files(), before);
+
+        let refused = TestOutbox::with(crate::Dispatcher::builder_empty(), |b| {
+            b.config(OutboxConfig {
+                handler_timeout: Duration::ZERO,
+                ..OutboxConfig::default()
+            })
+        })
+        .await;
+        assert!(refused.is_err());
+        assert_eq!(files(), before, "a failed TestOutbox::with left its files");
     }
 }

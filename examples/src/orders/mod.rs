@@ -375,8 +375,8 @@ impl Summary {
 pub struct HandlerTally {
     /// The handler name (its idempotency key).
     pub name: &'static str,
-    /// The event it handles (a union handler's first).
-    pub event: &'static str,
+    /// The events it handles: one, or each of an event union's.
+    pub events: Vec<&'static str>,
     /// In transaction or after commit.
     pub mode: DeliveryMode,
     /// Whether its deliveries keep per-aggregate order.
@@ -391,6 +391,22 @@ pub struct HandlerTally {
     /// Deliveries in the dead letter queue.
     pub dead: u64,
     /// Deliveries not finished.
+    pub pending: u64,
+}
+
+/// The deliveries of a transport's relay: events published (completed), failed attempts,
+/// dead letters, and events not published yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RelayTally {
+    /// The destination name (`nats:<stream>`).
+    pub name: String,
+    /// Events published (the broker acknowledged them).
+    pub published: u64,
+    /// Attempts beyond the first.
+    pub retries: u64,
+    /// Deliveries in the dead letter queue.
+    pub dead: u64,
+    /// Events not published yet.
     pub pending: u64,
 }
 
@@ -432,6 +448,9 @@ pub struct Report {
     pub lead_times: BTreeMap<String, LeadTimes>,
     /// Per handler, in registry order.
     pub handlers: Vec<HandlerTally>,
+    /// Per transport relay the outbox has (`--nats`: `nats:<stream>`), by name: its deliveries
+    /// are the events it publishes.
+    pub relays: Vec<RelayTally>,
     /// Events in the outbox, by name.
     pub events_by_name: BTreeMap<String, u64>,
     /// Refused rows.
@@ -1021,11 +1040,26 @@ fn report(
             };
             HandlerTally {
                 name: h.name,
-                event: h.events.first().map_or("", |e| e().name),
+                events: h.events.iter().map(|e| e().name).collect(),
                 mode: h.mode,
                 ordered: h.ordered,
                 priority: h.priority,
                 ran,
+                retries: d.retries,
+                dead: d.dead,
+                pending: d.pending,
+            }
+        })
+        .collect();
+    let relays: Vec<RelayTally> = outbox
+        .destinations()
+        .iter()
+        .filter(|d| !registry.handlers().iter().any(|h| h.name == d.as_str()))
+        .map(|name| {
+            let d = m.deliveries.get(name).copied().unwrap_or_default();
+            RelayTally {
+                name: name.clone(),
+                published: d.completed,
                 retries: d.retries,
                 dead: d.dead,
                 pending: d.pending,
@@ -1116,6 +1150,7 @@ fn report(
         top_customers,
         lead_times: m.lead_times,
         handlers,
+        relays,
         events_by_name: m.events_by_name,
         rejections: m.rejections,
         dead_letters,

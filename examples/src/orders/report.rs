@@ -211,7 +211,7 @@ pub fn render(report: &Report) -> String {
 
     section(
         &mut out,
-        "Handlers (priority order; runs whose effects committed)",
+        "Handlers and relays (priority order; runs whose effects committed, events published)",
         {
             let mut t = table(
                 &[
@@ -230,7 +230,8 @@ pub fn render(report: &Report) -> String {
                 let in_tx = h.mode == DeliveryMode::InTransaction;
                 t.add_row(vec![
                     h.name.to_owned(),
-                    h.event.to_owned(),
+                    // An event union's handler takes each of its events: one per line.
+                    h.events.join("\n"),
                     match (in_tx, h.ordered) {
                         (true, _) => "in transaction",
                         (false, true) => "after commit",
@@ -242,6 +243,20 @@ pub fn render(report: &Report) -> String {
                     dash(in_tx, h.retries),
                     dash(in_tx, h.dead),
                     dash(in_tx, h.pending),
+                ]);
+            }
+            // A transport's relay is a destination too: its deliveries are the events it
+            // publishes ("Ran": published).
+            for r in &report.relays {
+                t.add_row(vec![
+                    r.name.clone(),
+                    "every event it routes".to_owned(),
+                    "relay, after commit".to_owned(),
+                    "-".to_owned(),
+                    count(r.published),
+                    count(r.retries),
+                    count(r.dead),
+                    count(r.pending),
                 ]);
             }
             t

@@ -1,7 +1,10 @@
 //! Shared by the store suites: one store per backend, each isolated (a fresh SQLite file, a
-//! fresh PostgreSQL schema), and the rule for skipping PostgreSQL.
+//! fresh PostgreSQL schema), the rule for skipping a service, and this binary's temporary
+//! folder (removed when it exits).
 
 #![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
 
 use event_runtime::Store;
 
@@ -14,23 +17,94 @@ pub fn postgres_url(test: &str) -> Option<String> {
             if std::env::var("EVENTS_TEST_REQUIRE_SERVICES").as_deref() == Ok("1") {
                 panic!("{test}: EVENTS_TEST_REQUIRE_SERVICES=1 but EVENTS_TEST_POSTGRES_URL is not set");
             }
-            say_once(&format!(
-                "PostgreSQL cases skipped ({test} and others): EVENTS_TEST_POSTGRES_URL is not set"
-            ));
+            say_once(
+                "PostgreSQL",
+                &format!(
+                    "PostgreSQL cases skipped ({test} and others): EVENTS_TEST_POSTGRES_URL is not set"
+                ),
+            );
             None
         }
     }
 }
 
-/// Prints `message` once per test binary on the process's standard error, which `cargo test`
-/// shows (unlike `eprintln!`, which the test harness captures).
-pub fn say_once(message: &str) {
+/// Prints `message` on the process's standard error (which `cargo test` shows, unlike
+/// `eprintln!`, which the test harness captures) the first time this binary skips something
+/// about `subject` (`PostgreSQL`, `NATS`): once per subject, so that one service's note never
+/// hides another's. The harness reports a skipped case as passed; this note is what says it
+/// was not run.
+pub fn say_once(subject: &str, message: &str) {
     use std::io::Write;
-    static SAID: std::sync::Once = std::sync::Once::new();
-    SAID.call_once(|| {
-        let _ = writeln!(std::io::stderr(), "note: {message}");
-    });
+    static SAID: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut said = SAID.lock().unwrap_or_else(|e| e.into_inner());
+    if said.iter().any(|s| s == subject) {
+        return;
+    }
+    said.push(subject.to_owned());
+    let _ = writeln!(
+        std::io::stderr(),
+        "note: {message} (reported as passed, not run)"
+    );
 }
+
+/// The names of the folders [`temp_dir`] makes: this prefix and the process id.
+const TEMP_PREFIX: &str = "event-tests-";
+
+/// This test binary's folder in the temporary directory, for its SQLite files and other
+/// scratch files: removed when the binary exits (passed or failed: the harness exits through
+/// `exit`, which runs `atexit` handlers). A binary killed before that leaves its folder, so
+/// the first call also removes the folders of processes that no longer exist (on Linux,
+/// where `/proc` tells).
+pub fn temp_dir() -> &'static Path {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let root = std::env::temp_dir();
+        remove_folders_of_dead_processes(&root);
+        let dir = root.join(format!("{TEMP_PREFIX}{}", std::process::id()));
+        std::fs::create_dir_all(&dir)
+            .unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+        extern "C" fn remove_at_exit() {
+            if let Some(dir) = DIR.get() {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+        }
+        extern "C" {
+            fn atexit(f: extern "C" fn()) -> std::ffi::c_int;
+        }
+        // SAFETY: `atexit` is the C library's, which every Rust program on a hosted target
+        // links; the handler only reads a static that is set before it is registered.
+        let registered = unsafe { atexit(remove_at_exit) } == 0;
+        assert!(
+            registered,
+            "atexit refused the clean-up of {}",
+            dir.display()
+        );
+        dir
+    })
+}
+
+#[cfg(target_os = "linux")]
+fn remove_folders_of_dead_processes(root: &Path) {
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(TEMP_PREFIX))
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn remove_folders_of_dead_processes(_: &Path) {}
 
 /// A unique, lower-case name for a schema or file: at most 63 characters (PostgreSQL cuts
 /// longer identifiers, which would make two runs share a schema).
@@ -39,10 +113,17 @@ pub fn unique(test: &str) -> String {
     format!("{}_{}", short, uuid::Uuid::now_v7().simple()).to_lowercase()
 }
 
-/// A fresh SQLite file store.
+/// The URL of a fresh SQLite file in this binary's [`temp_dir`] (not created yet).
+pub fn sqlite_url(test: &str) -> String {
+    format!(
+        "sqlite://{}",
+        temp_dir().join(format!("{}.db", unique(test))).display()
+    )
+}
+
+/// A fresh SQLite file store, in this binary's [`temp_dir`].
 pub async fn sqlite(test: &str) -> (String, Store) {
-    let path = std::env::temp_dir().join(format!("{}.db", unique(test)));
-    let url = format!("sqlite://{}", path.display());
+    let url = sqlite_url(test);
     let store = Store::connect(&url).await.expect("open SQLite");
     (url, store)
 }

@@ -56,10 +56,9 @@ impl Db {
 
 /// A fresh SQLite file.
 pub async fn sqlite(test: &str) -> Option<Db> {
-    let path = std::env::temp_dir().join(format!("{}.db", crate::common::unique(test)));
     Some(Db {
         label: "sqlite",
-        url: format!("sqlite://{}", path.display()),
+        url: crate::common::sqlite_url(test),
         options: ConnectOptions::default(),
     })
 }

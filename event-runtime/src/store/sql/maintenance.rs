@@ -15,8 +15,10 @@ pub(crate) async fn has_outbox<D: Dialect>(pool: &Pool<D::DB>) -> Result<bool, S
         Ok(_) => Ok(true),
         // Only "no such table" means there is no outbox; a permission error or a lost
         // connection is passed through as it is.
-        Err(StoreError::Database(sqlx::Error::Database(e)))
-            if e.message().contains("no such table") || e.code().as_deref() == Some("42P01") =>
+        Err(StoreError::Database(e))
+            if e.sqlx().as_database_error().is_some_and(|e| {
+                e.message().contains("no such table") || e.code().as_deref() == Some("42P01")
+            }) =>
         {
             D::why_no_outbox(pool).await.map_err(db)?;
             Ok(false)

@@ -37,7 +37,7 @@ use super::types::{
     PausedDestination, Resolution,
 };
 use super::value::Datum;
-use super::{StoreError, Tx};
+use super::{DatabaseError, StoreError, Tx};
 
 /// The connection type of a dialect's driver.
 pub(crate) type Conn<D> = <<D as Dialect>::DB as Database>::Connection;
@@ -179,7 +179,7 @@ impl<D: Dialect> SqlStore<D> {
 }
 
 pub(crate) fn db(e: sqlx::Error) -> StoreError {
-    StoreError::Database(e)
+    StoreError::from(e)
 }
 
 /// Deliveries named by (destination, event id), grouped by destination: one statement per
@@ -475,12 +475,15 @@ impl<D: Dialect> Backend for SqlStore<D> {
     fn is_conflict(&self, error: &(dyn std::error::Error + 'static)) -> bool {
         let mut next = Some(error);
         while let Some(e) = next {
-            let db = match (
-                e.downcast_ref::<StoreError>(),
-                e.downcast_ref::<sqlx::Error>(),
-            ) {
-                (Some(StoreError::Database(sqlx::Error::Database(db))), _)
-                | (_, Some(sqlx::Error::Database(db))) => Some(db),
+            let sqlx = match e.downcast_ref::<StoreError>() {
+                Some(StoreError::Database(d)) => Some(d.sqlx()),
+                _ => e
+                    .downcast_ref::<DatabaseError>()
+                    .map(DatabaseError::sqlx)
+                    .or_else(|| e.downcast_ref::<sqlx::Error>()),
+            };
+            let db = match sqlx {
+                Some(sqlx::Error::Database(db)) => Some(db),
                 _ => None,
             };
             if db.is_some_and(|db| D::is_conflict(db.as_ref())) {
