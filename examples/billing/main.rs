@@ -324,6 +324,18 @@ async fn main() -> ExitCode {
         }
         Err(e) => {
             eprintln!("billing: error: {}", event_core::ErrorChain(&*e));
+            // Which servers it talked to, credentials masked.
+            eprintln!(
+                "billing: database {}{}, NATS {} (stream {}, consumer {})",
+                examples::orders::mask_password(&args.database),
+                args.schema
+                    .as_deref()
+                    .map(|s| format!(" (schema {s})"))
+                    .unwrap_or_default(),
+                nats::redact_url(&args.nats),
+                args.stream,
+                args.consumer
+            );
             ExitCode::FAILURE
         }
     }

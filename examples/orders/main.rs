@@ -39,6 +39,23 @@ async fn main() -> ExitCode {
         Ok(report) => report,
         Err(e) => {
             eprintln!("error: {}", event_core::ErrorChain(&e));
+            // Which servers it talked to, credentials masked.
+            eprintln!(
+                "orders: database {}{}{}",
+                orders::mask_password(&args.database),
+                args.schema
+                    .as_deref()
+                    .map(|s| format!(" (schema {s})"))
+                    .unwrap_or_default(),
+                args.nats
+                    .as_deref()
+                    .map(|n| format!(
+                        ", NATS {} (stream {})",
+                        event_runtime::transport::nats::redact_url(n),
+                        args.stream
+                    ))
+                    .unwrap_or_default()
+            );
             return ExitCode::FAILURE;
         }
     };
