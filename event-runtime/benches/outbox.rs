@@ -52,11 +52,11 @@ fn outbox(store: Store, handler: Handler, batch_size: u32, concurrency: usize) -
     };
     Outbox::builder(store)
         .dispatcher(d)
-        .config(OutboxConfig {
-            batch_size,
-            concurrency,
-            ..OutboxConfig::default()
-        })
+        .config(
+            OutboxConfig::default()
+                .batch_size(batch_size)
+                .concurrency(concurrency),
+        )
         .build()
         .expect("valid outbox")
 }

@@ -148,19 +148,14 @@ fn bench(c: &mut Criterion) {
         .unwrap();
     let relay = NatsRelay::new(
         client.clone(),
-        RelayConfig {
-            subject_prefix: prefix.clone(),
-            in_flight: AGGREGATES,
-            ..RelayConfig::new(&stream)
-        },
+        RelayConfig::new(&stream)
+            .subject_prefix(prefix.clone())
+            .in_flight(AGGREGATES),
     );
     let outbox = Outbox::builder(store.clone())
         .dispatcher(Dispatcher::builder_empty().event::<Relayed>())
         .destination(relay.clone())
-        .config(OutboxConfig {
-            batch_size: 1000,
-            ..OutboxConfig::default()
-        })
+        .config(OutboxConfig::default().batch_size(1000))
         .build()
         .unwrap();
     rt.block_on(relay.check(&outbox)).unwrap();

@@ -184,28 +184,26 @@ async fn run(args: &Args) -> Result<Summary, Box<dyn std::error::Error>> {
                 .handler::<record_line>()
                 .handler::<invoice>(),
         )
-        .config(OutboxConfig {
-            retry: RetryPolicy {
-                max_attempts: 12,
-                initial_backoff: Duration::from_millis(5),
-                max_backoff: Duration::from_millis(100),
-            },
-            poll_interval: Duration::from_millis(20),
-            source: Some("urn:example:billing".into()),
-            ..OutboxConfig::default()
-        })
+        .config(
+            OutboxConfig::default()
+                .retry(RetryPolicy {
+                    max_attempts: 12,
+                    initial_backoff: Duration::from_millis(5),
+                    max_backoff: Duration::from_millis(100),
+                })
+                .poll_interval(Duration::from_millis(20))
+                .source("urn:example:billing"),
+        )
         .build()?;
     let client = nats::connect(&args.nats, "billing").await?;
     let js = async_nats::jetstream::new(client.clone());
     let inbox = NatsInbox::new(
         &js,
         outbox.clone(),
-        InboxConfig {
-            filter_subject: Some(format!("{}.order.>", args.subject_prefix)),
-            batch: 256,
-            ack_wait: Duration::from_secs(10),
-            ..InboxConfig::new(&args.stream, &args.consumer)
-        },
+        InboxConfig::new(&args.stream, &args.consumer)
+            .filter_subject(format!("{}.order.>", args.subject_prefix))
+            .batch(256)
+            .ack_wait(Duration::from_secs(10)),
     )
     .await?;
     let workers = outbox.spawn_workers(2);

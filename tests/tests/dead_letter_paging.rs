@@ -55,11 +55,7 @@ async fn refuse(_: &Envelope<Failed>) -> Result<(), HandlerError> {
 fn outbox(store: Store) -> Outbox {
     Outbox::builder(store)
         .dispatcher(Dispatcher::builder_empty().handler::<refuse>())
-        .config(OutboxConfig {
-            batch_size: 1000,
-            concurrency: 64,
-            ..OutboxConfig::default()
-        })
+        .config(OutboxConfig::default().batch_size(1000).concurrency(64))
         .build()
         .unwrap()
 }

@@ -61,13 +61,13 @@ async fn notify(e: &Envelope<Ordered>) {
 fn outbox(store: Store) -> Outbox {
     Outbox::builder(store)
         .dispatcher(Dispatcher::builder_empty().handler::<notify>())
-        .config(OutboxConfig {
-            lease: LEASE,
-            concurrency: CONCURRENCY,
-            batch_size: 8,
-            poll_interval: Duration::from_millis(20),
-            ..OutboxConfig::default()
-        })
+        .config(
+            OutboxConfig::default()
+                .lease(LEASE)
+                .concurrency(CONCURRENCY)
+                .batch_size(8)
+                .poll_interval(Duration::from_millis(20)),
+        )
         .build()
         .unwrap()
 }

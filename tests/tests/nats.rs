@@ -114,11 +114,9 @@ fn fast_retry() -> RetryPolicy {
 }
 
 fn relay_config(stream: &str, prefix: &str) -> RelayConfig {
-    RelayConfig {
-        subject_prefix: prefix.to_owned(),
-        retry: fast_retry(),
-        ..RelayConfig::new(stream)
-    }
+    RelayConfig::new(stream)
+        .subject_prefix(prefix.to_owned())
+        .retry(fast_retry())
 }
 
 async fn producer(test: &str, relay: Arc<dyn Destination>, config: OutboxConfig) -> Outbox {
@@ -152,10 +150,7 @@ async fn consumer_on(store: Store) -> Outbox {
                 .event::<Shipped>()
                 .handler::<bill>(),
         )
-        .config(OutboxConfig {
-            retry: fast_retry(),
-            ..OutboxConfig::default()
-        })
+        .config(OutboxConfig::default().retry(fast_retry()))
         .build()
         .unwrap()
 }
@@ -202,11 +197,9 @@ async fn effects(outbox: &Outbox) -> (i64, i64) {
 }
 
 fn inbox_config(stream: &str, durable: &str) -> InboxConfig {
-    InboxConfig {
-        ack_wait: Duration::from_secs(1),
-        fetch_wait: Duration::from_millis(500),
-        ..InboxConfig::new(stream, durable)
-    }
+    InboxConfig::new(stream, durable)
+        .ack_wait(Duration::from_secs(1))
+        .fetch_wait(Duration::from_millis(500))
 }
 
 /// The relay, whose first successful publish of each event is followed by a "crash": the
@@ -678,10 +671,7 @@ async fn an_oversize_envelope_is_refused_at_commit_and_limits_the_broker_refuses
 
     // 1 MiB envelopes plus headers exceed a default server's max_payload.
     let relay = NatsRelay::new(client.clone(), relay_config(&stream, &prefix));
-    let config = OutboxConfig {
-        max_envelope_bytes: 1 << 20,
-        ..OutboxConfig::default()
-    };
+    let config = OutboxConfig::default().max_envelope_bytes(1 << 20);
     let outbox = producer("nats_oversize_payload", relay.clone(), config).await;
     let err = relay.check(&outbox).await.unwrap_err();
     assert!(
@@ -778,10 +768,7 @@ async fn the_broker_down_while_the_producer_commits_loses_nothing_and_dead_lette
     let outbox = producer(
         "nats_broker_down",
         relay.clone(),
-        OutboxConfig {
-            metrics_interval: Duration::from_millis(100),
-            ..OutboxConfig::default()
-        },
+        OutboxConfig::default().metrics_interval(Duration::from_millis(100)),
     )
     .await;
     relay.check(&outbox).await.unwrap();

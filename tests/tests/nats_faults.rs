@@ -80,11 +80,9 @@ async fn consumer_outbox(db: &Db) -> Outbox {
 }
 
 fn inbox_config(stream: &str) -> InboxConfig {
-    InboxConfig {
-        ack_wait: Duration::from_secs(2),
-        fetch_wait: Duration::from_millis(300),
-        ..InboxConfig::new(stream, "billing")
-    }
+    InboxConfig::new(stream, "billing")
+        .ack_wait(Duration::from_secs(2))
+        .fetch_wait(Duration::from_millis(300))
 }
 
 fn stream_spec(stream: &str) -> StreamSpec {
@@ -308,24 +306,19 @@ async fn a_deleted_stream_pauses_the_relay_dead_letters_nothing_and_it_resumes_w
         stream_spec("EVENTS").create(&js).await.unwrap();
         let relay = NatsRelay::new(
             client.clone(),
-            RelayConfig {
-                subject_prefix: "faults".into(),
+            RelayConfig::new("EVENTS")
+                .subject_prefix("faults")
                 // Would dead-letter within a second if a missing stream used attempts.
-                retry: RetryPolicy {
+                .retry(RetryPolicy {
                     max_attempts: 3,
                     initial_backoff: Duration::from_millis(10),
                     max_backoff: Duration::from_millis(20),
-                },
-                ..RelayConfig::new("EVENTS")
-            },
+                }),
         );
         let outbox = Outbox::builder(db.open().await)
             .dispatcher(Dispatcher::builder_empty().event::<Shipped>())
             .destination(relay.clone())
-            .config(OutboxConfig {
-                poll_interval: Duration::from_millis(20),
-                ..OutboxConfig::default()
-            })
+            .config(OutboxConfig::default().poll_interval(Duration::from_millis(20)))
             .build()
             .unwrap();
         relay.check(&outbox).await.unwrap();

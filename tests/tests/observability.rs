@@ -50,14 +50,11 @@ fn deliveries_report_completions_failures_retries_dead_letters_and_durations() {
             let (_, store) = common::sqlite("metrics").await;
             let outbox = Outbox::builder(store)
                 .dispatcher(Dispatcher::builder_empty().handler::<record>())
-                .config(OutboxConfig {
-                    retry: RetryPolicy {
-                        max_attempts: 3,
-                        initial_backoff: Duration::from_millis(1),
-                        max_backoff: Duration::from_millis(5),
-                    },
-                    ..OutboxConfig::default()
-                })
+                .config(OutboxConfig::default().retry(RetryPolicy {
+                    max_attempts: 3,
+                    initial_backoff: Duration::from_millis(1),
+                    max_backoff: Duration::from_millis(5),
+                }))
                 .build()
                 .unwrap();
             for outcome in 0..3 {
@@ -159,11 +156,11 @@ fn the_oldest_pending_age_of_a_destination_grows_while_it_is_unreachable_and_is_
                 let outbox = Outbox::builder(db.open().await)
                     .dispatcher(Dispatcher::builder_empty().event::<Read>())
                     .destination(gate.clone())
-                    .config(OutboxConfig {
-                        poll_interval: Duration::from_millis(20),
-                        metrics_interval: Duration::from_millis(100),
-                        ..OutboxConfig::default()
-                    })
+                    .config(
+                        OutboxConfig::default()
+                            .poll_interval(Duration::from_millis(20))
+                            .metrics_interval(Duration::from_millis(100)),
+                    )
                     .build()
                     .unwrap();
                 for meter in ["m1", "m2", "m3"] {

@@ -17,10 +17,7 @@ async fn retention_shorter_than_the_retry_horizon_is_a_start_up_error() {
     let err = Outbox::builder(store)
         .dispatcher(Dispatcher::builder_empty().handler::<apply>())
         .resource(Attempts::default())
-        .config(OutboxConfig {
-            retention: Duration::from_secs(10),
-            ..OutboxConfig::default()
-        })
+        .config(OutboxConfig::default().retention(Duration::from_secs(10)))
         .build()
         .unwrap_err();
     let err = event_core::ErrorChain(&err).to_string();
@@ -58,22 +55,10 @@ async fn opening_for_operations_creates_nothing() {
 async fn zero_batch_size_lease_poll_or_metrics_interval_is_a_start_up_error() {
     let (_, store) = common::sqlite("zero_config").await;
     for config in [
-        OutboxConfig {
-            batch_size: 0,
-            ..OutboxConfig::default()
-        },
-        OutboxConfig {
-            lease: Duration::ZERO,
-            ..OutboxConfig::default()
-        },
-        OutboxConfig {
-            poll_interval: Duration::ZERO,
-            ..OutboxConfig::default()
-        },
-        OutboxConfig {
-            metrics_interval: Duration::ZERO,
-            ..OutboxConfig::default()
-        },
+        OutboxConfig::default().batch_size(0),
+        OutboxConfig::default().lease(Duration::ZERO),
+        OutboxConfig::default().poll_interval(Duration::ZERO),
+        OutboxConfig::default().metrics_interval(Duration::ZERO),
     ] {
         let err = Outbox::builder(store.clone())
             .dispatcher(Dispatcher::builder_empty().handler::<apply>())
@@ -92,10 +77,7 @@ async fn an_oversized_envelope_fails_the_commit_and_writes_nothing() {
     let outbox = Outbox::builder(store)
         .dispatcher(Dispatcher::builder_empty().handler::<apply>())
         .resource(Attempts::default())
-        .config(OutboxConfig {
-            max_envelope_bytes: 4_096,
-            ..OutboxConfig::default()
-        })
+        .config(OutboxConfig::default().max_envelope_bytes(4_096))
         .build()
         .unwrap();
     let err = commit(

@@ -61,16 +61,14 @@ async fn setup(store: &Store) {
 }
 
 fn config(lease_ms: u64) -> OutboxConfig {
-    OutboxConfig {
-        lease: Duration::from_millis(lease_ms),
-        batch_size: 8,
-        retry: RetryPolicy {
+    OutboxConfig::default()
+        .lease(Duration::from_millis(lease_ms))
+        .batch_size(8)
+        .retry(RetryPolicy {
             max_attempts: 5,
             initial_backoff: Duration::from_millis(5),
             max_backoff: Duration::from_millis(20),
-        },
-        ..OutboxConfig::default()
-    }
+        })
 }
 
 async fn open(url: &str, schema: &str, handlers: Handlers, lease_ms: u64) -> Outbox {
@@ -225,10 +223,7 @@ async fn a_deadlock_between_two_workers_rolls_back_one_batch_and_both_complete_o
         outboxes.push(
             Outbox::builder(store)
                 .dispatcher(Dispatcher::builder_empty().handler::<post_transfer>())
-                .config(OutboxConfig {
-                    batch_size: 1,
-                    ..config(30_000)
-                })
+                .config(config(30_000).batch_size(1))
                 .build()
                 .unwrap(),
         );
@@ -302,10 +297,7 @@ async fn racing_claims_never_take_a_live_lease_over() {
             Outbox::builder(store)
                 .dispatcher(Dispatcher::builder_empty().handler::<count_prints>())
                 .resource_arc(std::sync::Arc::clone(&seen))
-                .config(OutboxConfig {
-                    batch_size: 4,
-                    ..config(30_000)
-                })
+                .config(config(30_000).batch_size(4))
                 .build()
                 .unwrap(),
         );

@@ -137,14 +137,11 @@ async fn an_outbox_written_by_release_0_1_0_is_migrated_and_delivers_everything(
                     .handler::<ledger>()
                     .handler::<notify>(),
             )
-            .config(OutboxConfig {
-                retry: RetryPolicy {
-                    max_attempts: 3,
-                    initial_backoff: Duration::from_millis(5),
-                    max_backoff: Duration::from_millis(10),
-                },
-                ..OutboxConfig::default()
-            })
+            .config(OutboxConfig::default().retry(RetryPolicy {
+                max_attempts: 3,
+                initial_backoff: Duration::from_millis(5),
+                max_backoff: Duration::from_millis(10),
+            }))
             .build()
             .unwrap();
         // Pending and leased rows (their 0.1.0 lease long expired) are delivered; b waits

@@ -9,8 +9,23 @@ use super::retry::RetryPolicy;
 /// The shortest lease [`OutboxConfig::lease`] accepts.
 pub const MIN_LEASE: Duration = Duration::from_secs(1);
 
-/// Tuning of delivery.
+/// Tuning of delivery: the defaults, changed with one setter per field.
+///
+/// ```
+/// use std::time::Duration;
+/// use event_runtime::{OutboxConfig, RetryPolicy};
+///
+/// let config = OutboxConfig::default()
+///     .lease(Duration::from_secs(30))
+///     .retry(RetryPolicy::default().max_attempts(10))
+///     .source("urn:example:orders");
+/// assert_eq!(config.retry.max_attempts, 10);
+/// ```
+///
+/// `#[non_exhaustive]`: fields are added in minor releases, so build it from
+/// [`default`](Default::default) and the setters, never with a struct literal.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct OutboxConfig {
     /// Deliveries claimed at once by a worker, shared by the runs of one claim (default 128).
     pub batch_size: u32,
@@ -85,7 +100,44 @@ impl Default for OutboxConfig {
     }
 }
 
+/// `pub fn field(self, value) -> Self` for plain fields, each documented as setting its field.
+macro_rules! setters {
+    ($ty:ident: $($field:ident: $t:ty),* $(,)?) => {
+        impl $ty {
+            $(
+                #[doc = concat!("With [`", stringify!($field), "`](Self::", stringify!($field), ") set to `value` (see the field for its unit and default).")]
+                pub fn $field(mut self, value: $t) -> Self {
+                    self.$field = value;
+                    self
+                }
+            )*
+        }
+    };
+}
+pub(crate) use setters;
+
+setters!(OutboxConfig:
+    batch_size: u32,
+    lease: Duration,
+    poll_interval: Duration,
+    retry: RetryPolicy,
+    handler_timeout: Duration,
+    concurrency: usize,
+    retention: Duration,
+    retention_interval: Duration,
+    retention_batch: u32,
+    metrics_interval: Duration,
+    max_envelope_bytes: usize,
+);
+
 impl OutboxConfig {
+    /// With [`source`](Self::source) set: the CloudEvents `source` written on envelopes that
+    /// still have the default (a URI reference, such as `urn:example:orders`).
+    pub fn source(mut self, source: impl Into<String>) -> Self {
+        self.source = Some(source.into());
+        self
+    }
+
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         for (field, zero) in [
             ("batch_size", self.batch_size == 0),

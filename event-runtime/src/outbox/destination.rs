@@ -15,7 +15,11 @@ use super::retry::RetryPolicy;
 
 /// One delivery, as an external [`Destination`] sees it: the stored envelope and where the
 /// event sits in its aggregate's stream.
+///
+/// The engine makes them; a test of a destination makes one with [`Delivery::new`] and the
+/// setters. `#[non_exhaustive]`: fields are added in minor releases.
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub struct Delivery<'a> {
     /// The event id: the idempotency key downstream (a broker's message id).
     pub event_id: Uuid,
@@ -33,6 +37,49 @@ pub struct Delivery<'a> {
     pub attempt: u32,
     /// The CloudEvents JSON envelope, byte for byte as committed.
     pub envelope: &'a str,
+}
+
+impl<'a> Delivery<'a> {
+    /// The first attempt of event `event_id` named `name` (CloudEvents `type`) with its
+    /// stored `envelope` (CloudEvents JSON): version 1, no aggregate, unsequenced.
+    pub fn new(event_id: Uuid, name: &'a str, envelope: &'a str) -> Self {
+        Delivery {
+            event_id,
+            name,
+            version: 1,
+            aggregate_type: "",
+            aggregate_id: "",
+            sequence: 0,
+            attempt: 1,
+            envelope,
+        }
+    }
+
+    /// With [`version`](Self::version) set.
+    pub fn version(mut self, version: u32) -> Self {
+        self.version = version;
+        self
+    }
+
+    /// With [`aggregate_type`](Self::aggregate_type) and [`aggregate_id`](Self::aggregate_id)
+    /// set.
+    pub fn aggregate(mut self, aggregate_type: &'a str, aggregate_id: &'a str) -> Self {
+        self.aggregate_type = aggregate_type;
+        self.aggregate_id = aggregate_id;
+        self
+    }
+
+    /// With [`sequence`](Self::sequence) set (from 1; 0 when unsequenced).
+    pub fn sequence(mut self, sequence: u64) -> Self {
+        self.sequence = sequence;
+        self
+    }
+
+    /// With [`attempt`](Self::attempt) set (from 1).
+    pub fn attempt(mut self, attempt: u32) -> Self {
+        self.attempt = attempt;
+        self
+    }
 }
 
 /// Why an external delivery did not succeed.

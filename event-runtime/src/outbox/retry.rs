@@ -30,6 +30,12 @@ impl Default for RetryPolicy {
     }
 }
 
+super::config::setters!(RetryPolicy:
+    max_attempts: u32,
+    initial_backoff: Duration,
+    max_backoff: Duration,
+);
+
 impl RetryPolicy {
     /// The cap of the wait after failed attempt `attempt` (1-based), before jitter.
     pub fn backoff_cap(&self, attempt: u32) -> Duration {

@@ -250,8 +250,13 @@ impl std::error::Error for DatabaseError {
     }
 }
 
-/// How [`Store::connect_with`] opens a store.
+/// How [`Store::connect_with`] opens a store: the defaults, changed with one setter per field
+/// (`ConnectOptions::default().schema("billing").max_connections(4)`).
+///
+/// `#[non_exhaustive]`: fields are added in minor releases, so build it from
+/// [`default`](Default::default) and the setters, never with a struct literal.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ConnectOptions {
     /// Create what is missing (the SQLite file, the PostgreSQL schema) and apply the
     /// migrations (default `true`); `false` opens an existing outbox only, as
@@ -280,21 +285,27 @@ impl Default for ConnectOptions {
 }
 
 impl ConnectOptions {
-    /// The defaults with `schema`.
+    /// With [`schema`](Self::schema) set: PostgreSQL keeps every table in this schema.
     pub fn schema(mut self, schema: impl Into<String>) -> Self {
         self.schema = Some(schema.into());
         self
     }
 
-    /// The defaults with `create`.
+    /// With [`create`](Self::create) set: `false` opens an existing outbox only.
     pub fn create(mut self, create: bool) -> Self {
         self.create = create;
         self
     }
 
-    /// The defaults with `connect_timeout`.
+    /// With [`connect_timeout`](Self::connect_timeout) set.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
+        self
+    }
+
+    /// With [`max_connections`](Self::max_connections) set: the pool's size.
+    pub fn max_connections(mut self, connections: u32) -> Self {
+        self.max_connections = Some(connections);
         self
     }
 }

@@ -289,10 +289,7 @@ mod tests {
         assert_eq!(files(), before);
 
         let refused = TestOutbox::with(crate::Dispatcher::builder_empty(), |b| {
-            b.config(OutboxConfig {
-                handler_timeout: Duration::ZERO,
-                ..OutboxConfig::default()
-            })
+            b.config(OutboxConfig::default().handler_timeout(Duration::ZERO))
         })
         .await;
         assert!(refused.is_err());

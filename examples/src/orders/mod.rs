@@ -565,10 +565,8 @@ pub async fn run(args: &Args) -> Result<Report, RunError> {
     let relay = match &args.nats {
         Some(url) => {
             let client = connect_nats(url, &args.stream, &args.subject_prefix).await?;
-            let config = event_runtime::transport::nats::RelayConfig {
-                subject_prefix: args.subject_prefix.clone(),
-                ..event_runtime::transport::nats::RelayConfig::new(&args.stream)
-            };
+            let config = event_runtime::transport::nats::RelayConfig::new(&args.stream)
+                .subject_prefix(args.subject_prefix.clone());
             Some(event_runtime::transport::nats::NatsRelay::new(
                 client, config,
             ))
@@ -582,14 +580,14 @@ pub async fn run(args: &Args) -> Result<Report, RunError> {
     let outbox = builder
         .resource_arc(Arc::clone(&flaky))
         .expect_handlers(HANDLER_COUNT)
-        .config(OutboxConfig {
-            retry: retry_policy(),
-            poll_interval: Duration::from_millis(20),
-            // A batch takes well under a second; a process killed mid-batch leaves its claims
-            // to the next run after this long.
-            lease: Duration::from_secs(10),
-            ..OutboxConfig::default()
-        })
+        .config(
+            OutboxConfig::default()
+                .retry(retry_policy())
+                .poll_interval(Duration::from_millis(20))
+                // A batch takes well under a second; a process killed mid-batch leaves its
+                // claims to the next run after this long.
+                .lease(Duration::from_secs(10)),
+        )
         .build()
         .map_err(RunError::Start)?;
     if let Some(relay) = &relay {

@@ -55,11 +55,9 @@ async fn setup(store: &Store) {
 }
 
 fn config() -> OutboxConfig {
-    OutboxConfig {
-        lease: Duration::from_secs(1),
-        batch_size: 4,
-        ..OutboxConfig::default()
-    }
+    OutboxConfig::default()
+        .lease(Duration::from_secs(1))
+        .batch_size(4)
 }
 
 async fn outbox(store: Store, fault: Option<(FaultPoint, FaultAction)>) -> Outbox {

@@ -236,16 +236,14 @@ pub async fn setup(store: &Store) {
 }
 
 pub fn fast() -> OutboxConfig {
-    OutboxConfig {
-        retry: RetryPolicy {
+    OutboxConfig::default()
+        .retry(RetryPolicy {
             max_attempts: 4,
             initial_backoff: Duration::from_millis(5),
             max_backoff: Duration::from_millis(20),
-        },
-        lease: Duration::from_secs(1),
-        poll_interval: Duration::from_millis(20),
-        ..OutboxConfig::default()
-    }
+        })
+        .lease(Duration::from_secs(1))
+        .poll_interval(Duration::from_millis(20))
 }
 
 /// An outbox over `db` with the handlers of `dispatcher`, `calls` as a resource and the
@@ -371,11 +369,8 @@ pub async fn a_worker_that_lost_its_lease_records_nothing_and_undoes_only_what_w
     db: &Db,
 ) {
     let calls = Arc::new(Calls::default());
-    let config = OutboxConfig {
-        // One worker delivers both aggregates in one claim.
-        concurrency: 4,
-        ..fast()
-    };
+    // One worker delivers both aggregates in one claim.
+    let config = fast().concurrency(4);
     // On SQLite a handler inside the batch transaction holds the database's one write lock
     // while it runs, so nothing else can write (take its delivery over, or drop the lease
     // row) until it ends: there the case is made with the handlers outside a transaction.
@@ -473,12 +468,7 @@ pub async fn handlers_without_a_transaction_run_concurrently_across_aggregates(d
         db,
         &calls,
         Dispatcher::builder_empty().handler::<external>(),
-        |b| {
-            b.config(OutboxConfig {
-                concurrency: 16,
-                ..fast()
-            })
-        },
+        |b| b.config(fast().concurrency(16)),
     )
     .await;
     for s in 0..16 {
@@ -513,12 +503,7 @@ pub async fn a_claim_takes_a_whole_run_of_one_aggregate(db: &Db) {
         db,
         &calls,
         Dispatcher::builder_empty().handler::<in_tx>(),
-        |b| {
-            b.config(OutboxConfig {
-                batch_size: 128,
-                ..fast()
-            })
-        },
+        |b| b.config(fast().batch_size(128)),
     )
     .await;
     commit(&outbox, "hot", 1, vec![Act::Ok; 100]).await;
@@ -928,12 +913,7 @@ pub async fn an_aborted_shutdown_gives_its_deliveries_back_at_once(db: &Db) {
         db,
         &calls,
         Dispatcher::builder_empty().handler::<external>(),
-        |b| {
-            b.config(OutboxConfig {
-                lease: Duration::from_secs(30),
-                ..fast()
-            })
-        },
+        |b| b.config(fast().lease(Duration::from_secs(30))),
     )
     .await;
     let id = commit(&outbox, "a", 1, vec![Act::SleepOnce(5_000)]).await[0];

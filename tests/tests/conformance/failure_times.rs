@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use event_core::{event_handler, DomainEvent, Envelope, HandlerError};
-use event_runtime::{Dispatcher, Outbox, OutboxConfig, RetryPolicy, SqlValue, Store};
+use event_runtime::{Dispatcher, Outbox, RetryPolicy, SqlValue, Store};
 use serde::{Deserialize, Serialize};
 
 use super::Db;
@@ -70,14 +70,11 @@ pub async fn a_retry_is_never_due_before_its_recorded_failure(db: &Db) {
     let outbox = Outbox::builder(store.clone())
         .dispatcher(Dispatcher::builder_empty().handler::<fails>())
         .resource_arc(Arc::clone(&locker))
-        .config(OutboxConfig {
-            retry: RetryPolicy {
-                max_attempts: 10,
-                initial_backoff: Duration::from_millis(1),
-                max_backoff: Duration::from_millis(2),
-            },
-            ..super::engine::fast()
-        })
+        .config(super::engine::fast().retry(RetryPolicy {
+            max_attempts: 10,
+            initial_backoff: Duration::from_millis(1),
+            max_backoff: Duration::from_millis(2),
+        }))
         .build()
         .unwrap();
     let mut uow = outbox.begin().await.unwrap();

@@ -141,15 +141,13 @@ pub(crate) async fn setup(store: &Store) {
 }
 
 pub(crate) fn fast_retries() -> OutboxConfig {
-    OutboxConfig {
-        retry: RetryPolicy {
+    OutboxConfig::default()
+        .retry(RetryPolicy {
             max_attempts: 4,
             initial_backoff: Duration::from_millis(5),
             max_backoff: Duration::from_millis(20),
-        },
-        batch_size: 16,
-        ..OutboxConfig::default()
-    }
+        })
+        .batch_size(16)
 }
 
 pub(crate) async fn outbox(db: &Db) -> Outbox {
@@ -713,10 +711,7 @@ pub async fn an_expired_lease_is_claimed_again_and_a_live_one_is_not(db: &Db) {
     let outbox = Outbox::builder(store)
         .dispatcher(Dispatcher::builder_empty().handler::<apply>())
         .resource(Attempts::default())
-        .config(OutboxConfig {
-            lease: Duration::from_secs(1),
-            ..fast_retries()
-        })
+        .config(fast_retries().lease(Duration::from_secs(1)))
         .build()
         .unwrap();
     let id = commit(&outbox, vec![deposit("l", 1, Fail::Never)])

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use event_core::Envelope;
-use event_runtime::{Clock, Dispatcher, Outbox, OutboxConfig, SqlValue, Store};
+use event_runtime::{Clock, Dispatcher, Outbox, SqlValue, Store};
 
 use super::engine::{
     commit, external, external2, fast, scalar, setup, status_is, Act, Calls, Ticked,
@@ -48,11 +48,11 @@ pub async fn retention_purges_old_rows_in_bounded_steps_and_nothing_else(db: &Db
         )
         .resource_arc(Arc::clone(&calls))
         .clock(Arc::clone(&clock) as Arc<dyn Clock>)
-        .config(OutboxConfig {
-            retention: Duration::from_secs(3600),
-            retention_batch: 7,
-            ..fast()
-        })
+        .config(
+            fast()
+                .retention(Duration::from_secs(3600))
+                .retention_batch(7),
+        )
         .build()
         .unwrap();
 

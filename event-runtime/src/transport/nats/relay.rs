@@ -19,8 +19,13 @@ use super::{header_bytes, subject_token, NatsError, CONTENT_TYPE};
 use crate::outbox::destination::Target;
 use crate::{Delivery, DeliveryError, Destination, Outbox, RetryPolicy, Routing};
 
-/// Which events the relay publishes, and on which subjects.
+/// Which events the relay publishes, and on which subjects: [`RelayConfig::new`], changed
+/// with one setter per field (`RelayConfig::new("EVENTS").subject_prefix("orders")`).
+///
+/// `#[non_exhaustive]`: fields are added in minor releases, so build it from
+/// [`new`](Self::new) and the setters, never with a struct literal.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct RelayConfig {
     /// The destination's name, stored with each delivery (default `nats:<stream>`): never
     /// change it while deliveries to it may be pending.
@@ -68,6 +73,37 @@ impl RelayConfig {
             publish_timeout: Duration::from_secs(5),
             in_flight: 64,
         }
+    }
+
+    /// With [`name`](Self::name) set: the destination's name (never change it while
+    /// deliveries to it may be pending).
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// With [`subject_prefix`](Self::subject_prefix) set: the first subject token(s).
+    pub fn subject_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.subject_prefix = prefix.into();
+        self
+    }
+
+    /// With [`retry`](Self::retry) set: the relay's retry policy.
+    pub fn retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// With [`publish_timeout`](Self::publish_timeout) set.
+    pub fn publish_timeout(mut self, timeout: Duration) -> Self {
+        self.publish_timeout = timeout;
+        self
+    }
+
+    /// With [`in_flight`](Self::in_flight) set: publishes in flight per worker process.
+    pub fn in_flight(mut self, publishes: usize) -> Self {
+        self.in_flight = publishes;
+        self
     }
 
     /// Only these events leave the service.

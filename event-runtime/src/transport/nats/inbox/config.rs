@@ -6,8 +6,13 @@ use async_nats::jetstream::{self, AckKind};
 
 use super::super::NatsError;
 
-/// How the inbox consumes: its durable consumer and its batches.
+/// How the inbox consumes: its durable consumer and its batches. [`InboxConfig::new`], changed
+/// with one setter per field (`InboxConfig::new("EVENTS", "billing").batch(256)`).
+///
+/// `#[non_exhaustive]`: fields are added in minor releases, so build it from
+/// [`new`](Self::new) and the setters, never with a struct literal.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct InboxConfig {
     /// The stream to read.
     pub stream: String,
@@ -50,6 +55,49 @@ impl InboxConfig {
             backoff: Vec::new(),
             max_ack_pending: None,
         }
+    }
+
+    /// With [`filter_subject`](Self::filter_subject) set: the one subject filter.
+    pub fn filter_subject(mut self, filter: impl Into<String>) -> Self {
+        self.filter_subject = Some(filter.into());
+        self
+    }
+
+    /// With [`batch`](Self::batch) set: messages fetched and committed at once.
+    pub fn batch(mut self, messages: usize) -> Self {
+        self.batch = messages;
+        self
+    }
+
+    /// With [`fetch_wait`](Self::fetch_wait) set.
+    pub fn fetch_wait(mut self, wait: Duration) -> Self {
+        self.fetch_wait = wait;
+        self
+    }
+
+    /// With [`ack_wait`](Self::ack_wait) set.
+    pub fn ack_wait(mut self, wait: Duration) -> Self {
+        self.ack_wait = wait;
+        self
+    }
+
+    /// With [`max_deliver`](Self::max_deliver) set.
+    pub fn max_deliver(mut self, deliveries: i64) -> Self {
+        self.max_deliver = deliveries;
+        self
+    }
+
+    /// With [`backoff`](Self::backoff) set: waits before each redelivery after an ack
+    /// time-out.
+    pub fn backoff(mut self, waits: Vec<Duration>) -> Self {
+        self.backoff = waits;
+        self
+    }
+
+    /// With [`max_ack_pending`](Self::max_ack_pending) set.
+    pub fn max_ack_pending(mut self, messages: i64) -> Self {
+        self.max_ack_pending = Some(messages);
+        self
     }
 
     /// The longest a message can be redelivered after its first delivery: the consuming
