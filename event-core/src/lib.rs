@@ -118,7 +118,7 @@ mod union;
 mod upcast;
 
 pub use envelope::{AnyEnvelope, Envelope, Headers, Metadata, RawEnvelope, DEFAULT_SOURCE};
-pub use error::{DecodeError, ErrorChain, ErrorKind, HandlerError, HeaderError};
+pub use error::{DecodeError, ErrorChain, ErrorChainIter, ErrorKind, HandlerError, HeaderError};
 pub use event::{check_event_name, DomainEvent, EventDescriptor};
 pub use handler::{
     BoundResource, DeliveryMode, EnvelopeRef, EventArg, EventRef, EventUnion, Handler, HandlerCall,

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use crate::store::{DeadLetter, DeadLetterFilter, Store};
 
 use super::args::ListArgs;
-use super::format::{count, each_once, one_line, print_json, time, time_ms, truncate, Table};
+use super::format::{count, one_line, print_json, time, time_ms, truncate, Table};
 use super::{App, CliError, Io};
 
 pub(super) async fn list(
@@ -77,7 +77,7 @@ pub(super) async fn list(
             d.attempts.to_string(),
             d.held_back.to_string(),
             d.reason.to_string(),
-            truncate(&one_line(&each_once(&d.error_chain).join(": ")), 60),
+            truncate(&one_line(&d.error_chain.join(": ")), 60),
             time(d.dead_at),
         ]);
         table.row(row);
@@ -215,7 +215,7 @@ pub(super) async fn show(
         );
     }
     let _ = writeln!(s, "error chain:");
-    let chain = each_once(&d.error_chain);
+    let chain = &d.error_chain;
     if chain.is_empty() {
         let _ = writeln!(s, "  (empty)");
     }

@@ -98,11 +98,17 @@ pub enum StoreError {
         after: Duration,
     },
     /// The database refused a statement or the connection failed.
-    #[error("database error")]
-    Database(#[from] sqlx::Error),
+    ///
+    /// sqlx's errors print their cause inside their own message and return it again as their
+    /// source; this variant prints the database's own message once, with no source (match
+    /// the variant to reach the `sqlx::Error`).
+    #[error("database error: {}", sql::sqlx_message(.0))]
+    Database(sqlx::Error),
     /// Applying the bundled migrations failed.
-    #[error("migrating the outbox schema failed")]
-    Migrate(#[from] sqlx::migrate::MigrateError),
+    ///
+    /// As for [`Database`](Self::Database), sqlx's message is printed here, with no source.
+    #[error("migrating the outbox schema failed: {}", sql::migrate_message(.0))]
+    Migrate(sqlx::migrate::MigrateError),
     /// Another commit already recorded this sequence number for the aggregate (optimistic
     /// concurrency: reload the aggregate and retry the command). Names the event whose row
     /// the unique index rejected.
@@ -154,6 +160,13 @@ pub enum StoreError {
     SameDestination {
         /// The destination.
         destination: String,
+    },
+    /// A savepoint name other than lower-case ASCII letters, digits and `_` (savepoint names
+    /// are written into the statement, so they are checked instead of quoted). Nothing ran.
+    #[error("invalid savepoint name {name:?}: a-z, 0-9 and _ only")]
+    InvalidSavepointName {
+        /// The name refused.
+        name: String,
     },
     /// A row holds data this version cannot read (a corrupted or foreign table).
     #[error("corrupt outbox row: {0}")]

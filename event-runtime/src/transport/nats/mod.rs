@@ -82,9 +82,10 @@ pub const CONTENT_TYPE: &str = "application/cloudevents+json";
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum NatsError {
-    /// Talking to the server failed.
-    #[error("NATS: {0} failed")]
-    Broker(&'static str, #[source] async_nats::Error),
+    /// Talking to the server failed. async-nats prints a cause inside its own message and
+    /// returns it again as the source: printed here once, with no source.
+    #[error("NATS: {0} failed: {1}")]
+    Broker(&'static str, async_nats::Error),
     /// No stream of that name.
     #[error("there is no JetStream stream `{0}` (create it with StreamSpec::create or `events nats stream create`)")]
     NoStream(String),
