@@ -319,6 +319,39 @@ fn backend_for(url: &str) -> Result<&'static BackendEntry, StoreError> {
 /// | `event_audit_log` | replay or purge | `action`, `actor`, `reason`, `at`, `dead_letter_ids` (JSON array), `count` |
 ///
 /// Cheap to clone (an `Arc`).
+///
+/// # Examples
+///
+/// Connecting creates the outbox tables; the application's own tables live in the same
+/// database, written in the same transactions:
+///
+/// ```
+/// use event_runtime::{SqlValue, Store};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let path = std::env::temp_dir().join(format!("store-doc-{}.db", uuid::Uuid::now_v7()));
+/// # let url = format!("sqlite://{}", path.display());
+/// // `sqlite://PATH`, or `postgres://USER@HOST/DB` with the feature `postgres`.
+/// let store = Store::connect(&url).await?;
+/// assert_eq!(store.backend_name(), "sqlite");
+///
+/// let mut tx = store.begin().await?;
+/// tx.execute("CREATE TABLE accounts (id TEXT PRIMARY KEY, balance BIGINT NOT NULL)", &[])
+///     .await?;
+/// tx.execute(
+///     "INSERT INTO accounts VALUES ($1, $2)",
+///     &[SqlValue::Text("acc-1"), SqlValue::Int(100)],
+/// )
+/// .await?;
+/// tx.commit().await?;
+///
+/// // Nothing was committed through an outbox yet.
+/// assert_eq!(store.stats().await?.events, 0);
+/// # drop(store); std::fs::remove_file(path).ok();
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone)]
 pub struct Store {
     backend: Arc<dyn Backend>,
