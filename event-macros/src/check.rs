@@ -302,7 +302,7 @@ pub(crate) fn handler<'a>(cx: &Ctxt, handler: &'a Handler<'a>) -> HandlerSpec<'a
                     let event = later_shared(&handler.params[1..]).expect("checked");
                     let (pat, tx) = (&handler.params[0].pat, &r.elem);
                     cx.error_spanned_by(
-                        &handler.params[0],
+                        handler.params[0],
                         format_args!(
                             "the event must be the first parameter of a handler: `&mut {tx}` \
                              here is taken for the event; the open transaction goes after \
