@@ -56,6 +56,53 @@ impl<T: Send + 'static> TransactionArg for T {
     }
 }
 
+// The return type `Result<(), E>`, in two steps, so that a wrong error type is reported at
+// the error type: `ReturnArg` takes any `Result<(), E>`; `ErrorArg` is the bound on `E`.
+// Checked as one `Result<(), E>: IntoHandlerResult`, a failing `E: Error` bound is a leaf of
+// another type, and rustc prints it raw ("the trait bound `String: StdError` is not
+// satisfied", pointing into this crate); as `E: ErrorArg`, the leaf has the root's type and
+// rustc prints `ErrorArg`'s message. (Any other return type is checked as
+// `IntoHandlerResult`, whose message covers it.)
+
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a valid return type for an event handler",
+    label = "handlers return `()` or `Result<(), E>` where `E: Into<event_core::HandlerError>`",
+    note = "any `std::error::Error + Send + Sync + 'static` converts; use `event_core::HandlerError` to mark an error permanent"
+)]
+/// A handler's `Result<(), E>`, whatever `E`.
+pub trait ReturnArg {
+    /// `E`.
+    type Error;
+    /// The returned value.
+    fn split(self) -> Result<(), Self::Error>;
+}
+
+impl<E> ReturnArg for Result<(), E> {
+    type Error = E;
+    #[inline(always)]
+    fn split(self) -> Result<(), E> {
+        self
+    }
+}
+
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be the error type of an event handler",
+    label = "a handler returns `Result<(), E>` where `E` converts into `event_core::HandlerError`",
+    note = "any `std::error::Error + Send + Sync + 'static` converts (a type with `#[derive(thiserror::Error)]`, `std::io::Error`); for a message, return `Result<(), event_core::HandlerError>` and build it with `HandlerError::transient_msg(…)` or `HandlerError::permanent_msg(…)`"
+)]
+/// The error type of a handler's `Result<(), E>`: converts into [`HandlerError`].
+pub trait ErrorArg {
+    /// Converts.
+    fn into_handler_error(self) -> HandlerError;
+}
+
+impl<E: Into<HandlerError>> ErrorArg for E {
+    #[inline(always)]
+    fn into_handler_error(self) -> HandlerError {
+        self.into()
+    }
+}
+
 // A second event among the resources. `fn h(placed: &OrderPlaced, paid: &OrderPaid)` would
 // otherwise compile, take `OrderPaid` as a resource, and fail at start-up with "resource not
 // provided". Autoref specialisation tells the two apart on a concrete type:

@@ -527,7 +527,8 @@ impl<E: DomainEvent> Serialize for Envelope<E> {
 impl<'de, E: DomainEvent> Deserialize<'de> for Envelope<E> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let raw = RawEnvelope::deserialize(d)?;
-        Envelope::decode(&raw).map_err(de::Error::custom)
+        // serde's error is text only: the decode error with its causes, each once.
+        Envelope::decode(&raw).map_err(|e| de::Error::custom(crate::ErrorChain(&e)))
     }
 }
 

@@ -10,8 +10,9 @@ use uuid::Uuid;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum DecodeError {
-    /// The text is not a CloudEvents 1.0 structured JSON event (message has line and column).
-    #[error("malformed event envelope: {0}")]
+    /// The text is not a CloudEvents 1.0 structured JSON event (the source, serde's error,
+    /// has the line and column).
+    #[error("malformed event envelope")]
     Envelope(#[source] serde_json::Error),
     /// No registered event type has this name.
     #[error(
@@ -46,7 +47,7 @@ pub enum DecodeError {
         version: u32,
     },
     /// The payload does not deserialise into the registered type.
-    #[error("payload of `{name}` v{version} (event {event_id}) does not decode: {source}")]
+    #[error("payload of `{name}` v{version} (event {event_id}) does not decode")]
     Payload {
         /// The event name.
         name: String,
@@ -196,43 +197,25 @@ impl HandlerError {
         &*self.0.error
     }
 
-    /// The messages of the error and of each of its sources, outermost first, each cause
-    /// once (see [`ErrorChain`] for the one repair made to errors that repeat their source).
+    /// The messages of the error and of each of its sources, outermost first: the
+    /// [`ErrorChain`] of [`source_error`](Self::source_error), without the kind.
     pub fn chain(&self) -> Vec<String> {
-        chain_of(&*self.0.error)
+        ErrorChain(self.source_error()).messages()
     }
 }
 
-/// The messages of `error` and its sources, outermost first. A message that the one before
-/// already *ends with*, after `": "`, is the source repeated by an error that breaks the
-/// convention (`#[error("…: {0}")]` with `#[source]`): dropped.
-fn chain_of(error: &(dyn StdError + 'static)) -> Vec<String> {
-    let mut out: Vec<String> = vec![error.to_string()];
-    let mut next = error.source();
-    while let Some(e) = next {
-        let m = e.to_string();
-        let repeated = out.last().is_some_and(|prev| {
-            prev == &m
-                || prev
-                    .strip_suffix(m.as_str())
-                    .is_some_and(|head| head.ends_with(": "))
-        });
-        if !repeated {
-            out.push(m);
-        }
-        next = e.source();
-    }
-    out
-}
-
-/// Displays an error and each of its sources, outermost first, joined by `": "` — how logs,
-/// dead letters and the `events` tool print an error, so that no cause is lost and none is
-/// printed twice.
+/// An error and each of its sources, outermost first: the one walk of an error chain, used by
+/// logs, dead letters and the `events` tool. `Display` joins the messages with `": "`;
+/// [`messages`](Self::messages) lists them (as a dead letter stores them); iterating gives
+/// the errors themselves.
 ///
-/// Errors are expected to follow the convention of `std::error::Error` (thiserror, anyhow):
-/// `Display` says what failed at its own level and leaves the cause to `source()`. For errors
-/// that do not (a message ending in `": {source}"` that also returns the source), a cause the
-/// message before already ends with is not printed again.
+/// Each error of the chain is printed exactly once, as it displays itself. That is the
+/// convention of `std::error::Error` that thiserror and anyhow users rely on: `Display` says
+/// what failed at its own level and leaves the cause to `source()`. Every error of this
+/// project follows it. An error that breaks it — its message ends in `": {source}"` and it
+/// also returns that source — shows the cause twice here: the walk does not guess which text
+/// repeats which (a guess also drops a cause whose message merely ends like the one before).
+/// Wrap such a foreign error at your boundary in one that follows the convention.
 ///
 /// ```
 /// use event_core::ErrorChain;
@@ -243,13 +226,63 @@ fn chain_of(error: &(dyn StdError + 'static)) -> Vec<String> {
 ///
 /// let e = Load(std::io::Error::other("disk full"));
 /// assert_eq!(ErrorChain(&e).to_string(), "loading order A-1 failed: disk full");
+/// assert_eq!(ErrorChain(&e).messages(), ["loading order A-1 failed", "disk full"]);
+/// assert_eq!(ErrorChain(&e).into_iter().count(), 2);
 /// ```
 #[derive(Clone, Copy)]
 pub struct ErrorChain<'a>(pub &'a (dyn StdError + 'static));
 
+impl<'a> ErrorChain<'a> {
+    /// The message of each error of the chain, outermost first.
+    pub fn messages(self) -> Vec<String> {
+        self.into_iter().map(ToString::to_string).collect()
+    }
+}
+
+impl<'a> IntoIterator for ErrorChain<'a> {
+    type Item = &'a (dyn StdError + 'static);
+    type IntoIter = ErrorChainIter<'a>;
+
+    fn into_iter(self) -> ErrorChainIter<'a> {
+        ErrorChainIter { next: Some(self.0) }
+    }
+}
+
+/// The errors of an [`ErrorChain`], outermost first.
+#[derive(Clone)]
+pub struct ErrorChainIter<'a> {
+    next: Option<&'a (dyn StdError + 'static)>,
+}
+
+impl<'a> Iterator for ErrorChainIter<'a> {
+    type Item = &'a (dyn StdError + 'static);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let error = self.next?;
+        self.next = error.source();
+        Some(error)
+    }
+}
+
+impl std::iter::FusedIterator for ErrorChainIter<'_> {}
+
+impl fmt::Debug for ErrorChainIter<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list()
+            .entries(self.clone().map(|e| e.to_string()))
+            .finish()
+    }
+}
+
 impl fmt::Display for ErrorChain<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&chain_of(self.0).join(": "))
+        for (i, error) in self.into_iter().enumerate() {
+            if i > 0 {
+                f.write_str(": ")?;
+            }
+            write!(f, "{error}")?;
+        }
+        Ok(())
     }
 }
 
@@ -280,39 +313,72 @@ impl fmt::Display for HandlerError {
             ErrorKind::Transient => "transient",
             ErrorKind::Permanent => "permanent",
         };
-        write!(f, "{kind} error: {}", self.chain().join(": "))
+        write!(f, "{kind} error: {}", ErrorChain(self.source_error()))
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::HandlerError;
+    use super::{DecodeError, ErrorChain, HandlerError};
+    use crate::RawEnvelope;
 
     #[derive(Debug, thiserror::Error)]
     #[error("outer")]
     struct Outer(#[from] std::io::Error);
 
     #[derive(Debug, thiserror::Error)]
-    #[error("outer: {0}")]
-    struct Repeats(#[source] std::io::Error);
-
-    #[derive(Debug, thiserror::Error)]
-    #[error("timeout while connecting")]
-    struct Contains(#[source] Timeout);
+    #[error("reconnecting after: timeout")]
+    struct EndsLikeItsSource(#[source] Timeout);
 
     #[derive(Debug, thiserror::Error)]
     #[error("timeout")]
     struct Timeout;
 
     #[test]
-    fn the_chain_lists_each_cause_once() {
+    fn the_chain_lists_each_error_once() {
         let e = HandlerError::from(Outer(std::io::Error::other("disk full")));
         assert_eq!(e.chain(), ["outer", "disk full"]);
-        // An error that repeats its source at its end: the source is not printed again.
-        let e = HandlerError::from(Repeats(std::io::Error::other("disk full")));
-        assert_eq!(e.chain(), ["outer: disk full"]);
-        // A cause whose message merely appears inside the one before is a cause of its own.
-        let e = HandlerError::from(Contains(Timeout));
-        assert_eq!(e.chain(), ["timeout while connecting", "timeout"]);
+        assert_eq!(e.to_string(), "transient error: outer: disk full");
+        let e = Outer(std::io::Error::other("disk full"));
+        assert_eq!(ErrorChain(&e).to_string(), "outer: disk full");
+        assert_eq!(ErrorChain(&e).messages(), ["outer", "disk full"]);
+    }
+
+    /// The walk prints what each error says: a cause is never taken for a repetition of the
+    /// message before because that message happens to end like it (the old suffix rule dropped
+    /// `timeout` here).
+    #[test]
+    fn a_cause_is_printed_whatever_the_message_before_ends_with() {
+        let e = EndsLikeItsSource(Timeout);
+        assert_eq!(
+            ErrorChain(&e).messages(),
+            ["reconnecting after: timeout", "timeout"]
+        );
+    }
+
+    /// `Display` of every error here says what failed at its level, never its source's text.
+    fn assert_says_its_level_only(e: &(dyn std::error::Error + 'static)) {
+        let source = e.source().expect("an error with a source").to_string();
+        assert!(
+            !e.to_string().contains(&source),
+            "`{e}` repeats its source `{source}`"
+        );
+        let chain = ErrorChain(e).to_string();
+        assert_eq!(chain.matches(&source).count(), 1, "{chain}");
+    }
+
+    #[test]
+    fn decode_errors_do_not_repeat_their_source() {
+        let e = RawEnvelope::from_json("{ not json").unwrap_err();
+        assert!(matches!(e, DecodeError::Envelope(_)), "{e:?}");
+        assert_says_its_level_only(&e);
+
+        let e = DecodeError::Payload {
+            name: "order.placed".into(),
+            version: 1,
+            event_id: uuid::Uuid::nil(),
+            source: serde_json::from_str::<u32>("\"seven\"").unwrap_err(),
+        };
+        assert_says_its_level_only(&e);
     }
 }

@@ -118,7 +118,7 @@ mod union;
 mod upcast;
 
 pub use envelope::{AnyEnvelope, Envelope, Headers, Metadata, RawEnvelope, DEFAULT_SOURCE};
-pub use error::{DecodeError, ErrorChain, ErrorKind, HandlerError, HeaderError};
+pub use error::{DecodeError, ErrorChain, ErrorChainIter, ErrorKind, HandlerError, HeaderError};
 pub use event::{check_event_name, DomainEvent, EventDescriptor};
 pub use handler::{
     BoundResource, DeliveryMode, EnvelopeRef, EventArg, EventRef, EventUnion, Handler, HandlerCall,
@@ -138,7 +138,9 @@ pub use event_macros::{event_handler, DomainEvent, EventUnion};
 #[doc(hidden)]
 pub use __private::{upcaster, SerdeCheck, SerdeEvent, UpcastFrom, UpcastSource};
 #[doc(hidden)]
-pub use bounds::{FreeFunction, OneEvent, ResourceArg, SecondEvent, TransactionArg};
+pub use bounds::{
+    ErrorArg, FreeFunction, OneEvent, ResourceArg, ReturnArg, SecondEvent, TransactionArg,
+};
 #[doc(hidden)]
 pub use union::{check_union, UnionVariantClone};
 
@@ -219,8 +221,8 @@ pub mod __private {
     pub use crate::union::{check_union, UnionVariant, UnionVariantClone, Variant};
 
     pub use crate::bounds::{
-        EventProbe, FreeFunction, NotAnEvent, OneEvent, ProbeEvent, ProbeNotEvent, ResourceArg,
-        SecondEvent, TransactionArg,
+        ErrorArg, EventProbe, FreeFunction, NotAnEvent, OneEvent, ProbeEvent, ProbeNotEvent,
+        ResourceArg, ReturnArg, SecondEvent, TransactionArg,
     };
 
     pub use core::option::Option::{self, None, Some};
@@ -387,9 +389,28 @@ pub mod __private {
         pub descriptor: ResourceDescriptor,
     }
 
-    /// A handler's return type: `convert` is `<R as IntoHandlerResult>::into_handler_result`.
-    pub struct ReturnParam<R> {
+    /// A handler's return type `R` and its error type `E`: for `Result<(), E>` written out,
+    /// `split` is `<R as ReturnArg>::split` and `error` `<E as ErrorArg>::into_handler_error`;
+    /// for any other type, `split` is `<R as IntoHandlerResult>::into_handler_result` and
+    /// `error` [`same_error`].
+    pub struct ReturnParam<R, E> {
+        /// `()` as `Ok(())`, a `Result<(), E>` as it is.
+        pub split: fn(R) -> Result<(), E>,
+        /// Converts the error.
+        pub error: fn(E) -> HandlerError,
+    }
+
+    impl<R, E> ReturnParam<R, E> {
         /// Converts the returned value.
-        pub convert: fn(R) -> Result<(), HandlerError>,
+        #[inline(always)]
+        pub fn convert(&self, value: R) -> Result<(), HandlerError> {
+            (self.split)(value).map_err(self.error)
+        }
+    }
+
+    /// The `error` of a [`ReturnParam`] whose `split` already gives a `HandlerError`.
+    #[inline(always)]
+    pub fn same_error(error: HandlerError) -> HandlerError {
+        error
     }
 }

@@ -4,7 +4,7 @@
 
 use proc_macro2::{Span, TokenStream, TokenTree};
 use quote::{quote, ToTokens};
-use syn::{LitStr, ReturnType, Safety, Type, TypeReference};
+use syn::{LitStr, PatType, ReturnType, Safety, Type, TypeReference};
 
 use crate::ast::{Event, Field, Handler};
 use crate::ctxt::Ctxt;
@@ -296,6 +296,24 @@ pub(crate) fn handler<'a>(cx: &Ctxt, handler: &'a Handler<'a>) -> HandlerSpec<'a
         if index == 0 {
             match reference {
                 Some(r) if r.mutability.is_none() => params.push(Role::Event(&r.elem)),
+                // `&mut T` first and a shared `&E` after it: most likely the transaction
+                // written before the event, not the event borrowed mutably.
+                Some(r) if later_shared(&handler.params[1..]).is_some() => {
+                    let event = later_shared(&handler.params[1..]).expect("checked");
+                    let (pat, tx) = (&handler.params[0].pat, &r.elem);
+                    cx.error_spanned_by(
+                        handler.params[0],
+                        format_args!(
+                            "the event must be the first parameter of a handler: `&mut {tx}` \
+                             here is taken for the event; the open transaction goes after \
+                             it, `fn {fn_name}({event_pat}: &{event_ty}, {pat}: &mut {tx}, …)`",
+                            tx = tokens_text(tx),
+                            pat = tokens_text(pat),
+                            event_pat = tokens_text(&event.pat),
+                            event_ty = tokens_text(event.ty),
+                        ),
+                    );
+                }
                 Some(r) => {
                     let (and, mutability) = (&r.and_token, &r.mutability);
                     cx.error_spanned_by(
@@ -386,6 +404,24 @@ pub(crate) fn handler<'a>(cx: &Ctxt, handler: &'a Handler<'a>) -> HandlerSpec<'a
         },
         uses_self,
     }
+}
+
+/// A parameter's pattern and the type behind its shared reference.
+struct Shared<'a> {
+    pat: &'a syn::Pat,
+    ty: &'a Type,
+}
+
+/// The first of `params` taken by shared reference (`&T`): where the event would be when the
+/// first parameter is the transaction.
+fn later_shared<'a>(params: &[&'a PatType]) -> Option<Shared<'a>> {
+    params.iter().find_map(|param| match ungroup(&param.ty) {
+        Type::Reference(r) if r.mutability.is_none() => Some(Shared {
+            pat: &param.pat,
+            ty: &r.elem,
+        }),
+        _ => None,
+    })
 }
 
 /// Whether `tokens` name `Self`, not counting the bodies of items nested in them (`impl`,

@@ -190,7 +190,23 @@ fn upcaster(ident: &Ident, from: &Type, spec: &EventSpec) -> TokenStream {
 }
 
 pub(crate) fn event_handler(args: TokenStream, input: TokenStream) -> syn::Result<TokenStream> {
-    let item = match syn::parse2::<Item>(input.clone())? {
+    let parsed = match syn::parse2::<Item>(input.clone()) {
+        Ok(item) => item,
+        // A body that does not parse yet (half-typed code in an editor): rustc reports the
+        // syntax error itself when it reads the function, which is emitted unchanged. With the
+        // signature alone, the handler is still checked and registered, so callers of the
+        // function and of `handler::<name>()` see nothing more.
+        Err(error) => match syn::parse2::<MaybeItemFn>(input.clone()) {
+            Ok(MaybeItemFn(item)) => Item::Fn(item),
+            // Not even a signature: the input goes back unchanged beside the error (as
+            // tokio-macros' `token_stream_with_error`), so the item does not vanish with it.
+            Err(_) => {
+                let error = error.into_compile_error();
+                return Ok(quote!(#input #error));
+            }
+        },
+    };
+    let item = match parsed {
         Item::Fn(item) => item,
         item => {
             let error = syn::Error::new_spanned(
@@ -232,6 +248,35 @@ pub(crate) fn event_handler(args: TokenStream, input: TokenStream) -> syn::Resul
             }
         }
     })
+}
+
+/// A function whose body is kept as raw tokens (tracing-attributes' `MaybeItemFn`): the
+/// attributes, visibility and signature parse, the braces hold anything.
+struct MaybeItemFn(ItemFn);
+
+impl syn::parse::Parse for MaybeItemFn {
+    fn parse(input: syn::parse::ParseStream<'_>) -> syn::Result<Self> {
+        let attrs = input.call(syn::Attribute::parse_outer)?;
+        let vis: syn::Visibility = input.parse()?;
+        let sig: syn::Signature = input.parse()?;
+        let content;
+        let brace_token = syn::braced!(content in input);
+        let body: TokenStream = content.parse()?;
+        // The raw body as a verbatim statement: its tokens stay visible to the checks that
+        // read the body (`Self` in it), and nothing else reads it (the function itself is
+        // emitted from the input).
+        let block = syn::Block {
+            brace_token,
+            stmts: vec![syn::Stmt::Item(Item::Verbatim(body))],
+        };
+        Ok(MaybeItemFn(ItemFn {
+            attrs,
+            vis,
+            modifiers: syn::FnModifiers::default(),
+            sig,
+            block: Box::new(block),
+        }))
+    }
 }
 
 /// Proves that the handler is a free function, for a function in an `impl` block that neither
@@ -392,7 +437,7 @@ fn handler_registration(handler: &Handler, spec: &HandlerSpec) -> TokenStream {
         }),
         Some(ty) if nameable(ty) => {
             adapters.push(return_adapter(ty));
-            quote!((__RETURN.convert)(#call))
+            quote!(__RETURN.convert(#call))
         }
         // `impl Trait` or elided lifetimes cannot be named in a `const`: convert in place.
         Some(ty) => {
@@ -556,14 +601,57 @@ fn transaction_adapter(ty: &Type) -> TokenStream {
     }
 }
 
-/// `const __RETURN: ReturnParam<R> = ReturnParam { convert: <R as IntoHandlerResult>::… };`.
+/// `const __RETURN: ReturnParam<R, E> = ReturnParam { split: <R as ReturnArg>::split, error:
+/// <E as ErrorArg>::… };` with `E = <R as ReturnArg>::Error`: a return type that is neither
+/// `()` nor a `Result<(), E>` is reported as `ReturnArg`, an error type that does not convert
+/// as `ErrorArg`, each once, at the return type.
 fn return_adapter(ty: &Type) -> TokenStream {
     let (first, _) = type_spans(ty);
+    if let Some(error) = result_error_type(ty) {
+        let return_arg = private_path("ReturnArg");
+        let error_arg = private_path("ErrorArg");
+        let (error_first, _) = type_spans(error);
+        let convert = quote_spanned!(error_first=> <#error as #error_arg>::into_handler_error);
+        return quote_spanned! {first=>
+            const __RETURN: _event_core::__private::ReturnParam<#ty, #error> = _event_core::__private::ReturnParam {
+                split: <#ty as #return_arg>::split,
+                error: #convert,
+            };
+        };
+    }
     let into = private_path("IntoHandlerResult");
     quote_spanned! {first=>
-        const __RETURN: _event_core::__private::ReturnParam<#ty> = _event_core::__private::ReturnParam {
-            convert: <#ty as #into>::into_handler_result,
+        const __RETURN: _event_core::__private::ReturnParam<#ty, _event_core::__private::HandlerError> = _event_core::__private::ReturnParam {
+            split: <#ty as #into>::into_handler_result,
+            error: _event_core::__private::same_error,
         };
+    }
+}
+
+/// `E` of a return type written `Result<(), E>` (any path ending in `Result`), checked on its
+/// own so that an error type that does not convert is reported at it, with its own message.
+/// Other types (`()`, an alias such as `io::Result<()>`, `Result<u32, E>`) are checked whole.
+fn result_error_type(ty: &Type) -> Option<&Type> {
+    let Type::Path(path) = ty else { return None };
+    if path.qself.is_some() {
+        return None;
+    }
+    let last = path.path.segments.last()?;
+    if last.ident != "Result" {
+        return None;
+    }
+    let syn::PathArguments::AngleBracketed(args) = &last.arguments else {
+        return None;
+    };
+    let mut types = args.args.iter().map(|arg| match arg {
+        syn::GenericArgument::Type(ty) => Some(ty),
+        _ => None,
+    });
+    match (types.next(), types.next(), types.next()) {
+        (Some(Some(Type::Tuple(unit))), Some(Some(error)), None) if unit.elems.is_empty() => {
+            Some(error)
+        }
+        _ => None,
     }
 }
 

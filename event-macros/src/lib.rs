@@ -338,8 +338,28 @@ pub fn derive_event_union(input: TokenStream) -> TokenStream {
 /// ```
 ///
 /// A resource that is not `Send + Sync`, a transaction that is not `Send`, and a return
-/// type that does not convert are reported the same way, once, under the type. A future
-/// that is not `Send` is reported at the handler's `async`.
+/// type that does not convert are reported the same way, once, under the type; for
+/// `Result<(), E>`, under `E`:
+///
+/// ```text
+/// error[E0277]: `String` cannot be the error type of an event handler
+///   --> src/billing.rs:15:49
+///    |
+/// 15 | fn on_placed(event: &OrderPlaced) -> Result<(), String> {
+///    |                                                 ^^^^^^ a handler returns `Result<(), E>` where `E` converts into `event_core::HandlerError`
+/// ```
+///
+/// A future that is not `Send` is reported at the handler's `async`. The transaction
+/// written before the event is reported as that:
+///
+/// ```text
+/// error: the event must be the first parameter of a handler: `&mut Tx` here is taken for the
+///        event; the open transaction goes after it, `fn on_placed(event: &OrderPlaced, tx: &mut Tx, …)`
+/// ```
+///
+/// A body that does not parse yet (half-typed code) leaves the function as written and the
+/// handler registered from its signature: rustc reports the syntax error, once, and callers
+/// of the function see nothing more.
 ///
 /// A second event type among the parameters is not taken for a resource:
 ///

@@ -61,5 +61,8 @@ async fn futures_are_send(store: Store, outbox: Outbox, inbox: NatsInbox, worker
     send(&batch.ack());
     send(&workers.wait());
     send(&workers.shutdown(Duration::ZERO));
-    send(&event_runtime::transport::nats::connect("nats://127.0.0.1:4222", "app"));
+    send(&event_runtime::transport::nats::connect(
+        "nats://127.0.0.1:4222",
+        "app",
+    ));
 }

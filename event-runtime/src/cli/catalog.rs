@@ -1,12 +1,12 @@
 //! `catalog` and `check` (embedded only): the application's event types, and whether every
 //! pending delivery and open dead letter decodes with them. Reads only: must not change rows.
 
-use event_core::RawEnvelope;
+use event_core::{ErrorChain, RawEnvelope};
 
 use crate::dispatch::registry::Registry;
 use crate::store::{DeadLetterFilter, Store};
 
-use super::format::{count, error_chain, print_json, Table};
+use super::format::{count, print_json, Table};
 use super::{CliError, Io};
 
 #[derive(serde::Serialize)]
@@ -78,8 +78,11 @@ pub(super) fn print_catalog(
 /// error and its causes, each once.
 fn decode_problem(registry: &Registry, envelope: &str) -> Option<String> {
     match RawEnvelope::from_json(envelope) {
-        Err(e) => Some(format!("undecodable envelope: {}", error_chain(&e))),
-        Ok(raw) => registry.decode(&raw).err().map(|e| error_chain(&e)),
+        Err(e) => Some(format!("undecodable envelope: {}", ErrorChain(&e))),
+        Ok(raw) => registry
+            .decode(&raw)
+            .err()
+            .map(|e| ErrorChain(&e).to_string()),
     }
 }
 

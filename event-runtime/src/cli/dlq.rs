@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use crate::store::{DeadLetter, DeadLetterFilter, Store};
 
 use super::args::ListArgs;
-use super::format::{count, each_once, one_line, print_json, time, time_ms, truncate, Table};
+use super::format::{count, one_line, print_json, time, time_ms, truncate, Table};
 use super::{App, CliError, Io};
 
 pub(super) async fn list(
@@ -114,7 +114,7 @@ const LAST_ERROR_CHARS: usize = 100;
 /// letter's own event id (the EVENT ID column has it; an inbox's conflict message opens with
 /// it, which left no room for what conflicts with what), cut to [`LAST_ERROR_CHARS`].
 fn last_error(d: &DeadLetter) -> String {
-    let chain = each_once(&d.error_chain).join(": ");
+    let chain = d.error_chain.join(": ");
     let id = d.event_id.to_string();
     let chain = chain
         .replace(&format!("event {id} "), "")
@@ -250,7 +250,7 @@ pub(super) async fn show(
         );
     }
     let _ = writeln!(s, "error chain:");
-    let chain = each_once(&d.error_chain);
+    let chain = &d.error_chain;
     if chain.is_empty() {
         let _ = writeln!(s, "  (empty)");
     }

@@ -1,7 +1,6 @@
 //! How the `events` tool prints: tables (comfy-table), times, id lists, JSON, and error chains
 //! with each cause once. Formats what it is given: must not query the store or decide.
 
-use std::error::Error as StdError;
 use std::fmt::Write as _;
 use std::io::{self, Write};
 
@@ -229,47 +228,6 @@ pub(super) fn print_json<T: serde::Serialize + ?Sized>(
     Ok(())
 }
 
-/// `error` and each of its sources, outermost first, joined by `": "`, each cause once.
-///
-/// The walk of [`event_core::ErrorChain`] (which drops a cause the message before already ends
-/// with: sqlx's `error returned from database: {0}` and serde wrappers embed their source and
-/// return it again), and sqlx's `error returned from database: ` prefix cut, since the
-/// database's own message follows.
-pub(crate) fn error_chain(error: &(dyn StdError + 'static)) -> String {
-    let mut messages = Vec::new();
-    let mut next = Some(error);
-    while let Some(e) = next {
-        messages.push(e.to_string());
-        next = e.source();
-    }
-    each_once(&messages).join(": ")
-}
-
-/// The messages of an error chain (outermost first), without sqlx's prefix and without a
-/// message that the one before already says (equal, or its end after `": "`).
-pub(super) fn each_once<S: AsRef<str>>(messages: &[S]) -> Vec<String> {
-    const SQLX_PREFIX: &str = "error returned from database: ";
-    let mut out: Vec<String> = Vec::with_capacity(messages.len());
-    for m in messages {
-        let m = m.as_ref();
-        let m = m.strip_prefix(SQLX_PREFIX).unwrap_or(m).trim();
-        if m.is_empty() {
-            continue;
-        }
-        if let Some(prev) = out.last() {
-            if prev == m
-                || prev
-                    .strip_suffix(m)
-                    .is_some_and(|head| head.ends_with(": ") || head.is_empty())
-            {
-                continue;
-            }
-        }
-        out.push(m.to_owned());
-    }
-    out
-}
-
 pub(super) fn time(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::Secs, true)
 }
@@ -430,29 +388,5 @@ mod tests {
             "{wide}"
         );
         assert!(!wide.contains("not shown"), "{wide}");
-    }
-
-    #[test]
-    fn causes_are_printed_once() {
-        assert_eq!(
-            each_once(&[
-                "database error",
-                "error returned from database: relation \"x\" does not exist",
-                "relation \"x\" does not exist",
-            ]),
-            ["database error", "relation \"x\" does not exist"]
-        );
-        assert_eq!(
-            each_once(&[
-                "payload of `a` v1 does not decode: missing field `b` at line 1 column 2",
-                "missing field `b` at line 1 column 2",
-            ]),
-            ["payload of `a` v1 does not decode: missing field `b` at line 1 column 2"]
-        );
-        // A cause that only ends like the message before it is kept.
-        assert_eq!(
-            each_once(&["no disk full", "disk full"]),
-            ["no disk full", "disk full"]
-        );
     }
 }

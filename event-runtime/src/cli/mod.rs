@@ -533,7 +533,7 @@ where
         // `events dlq list | head`: the reader has gone, which is not a failure.
         Err(CliError::Output(e)) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
         Err(e) => {
-            let _ = writeln!(io.err, "error: {}", format::error_chain(&e));
+            let _ = writeln!(io.err, "error: {}", event_core::ErrorChain(&e));
             let _ = io.err.flush();
             e.exit_code()
         }

@@ -18,7 +18,8 @@ pub struct CommitError {
     pub event_name: &'static str,
     /// The event id.
     pub event_id: Uuid,
-    /// `failed: …` or `panicked: …`.
+    /// `failed (transient)`, `failed (permanent)` (the handler's error is the
+    /// [`source`](std::error::Error::source)), or `panicked: …` with the panic message.
     pub reason: String,
     /// The handler's error, when it returned one (rather than panicking).
     #[source]
@@ -36,7 +37,14 @@ impl CommitError {
             return Ok(report);
         };
         let (reason, error) = match outcome {
-            Outcome::Failed(e) => (format!("failed: {e}"), Some(HandlerErrorSource(e))),
+            Outcome::Failed(e) => {
+                let kind = if e.is_permanent() {
+                    "permanent"
+                } else {
+                    "transient"
+                };
+                (format!("failed ({kind})"), Some(HandlerErrorSource(e)))
+            }
             other => (other.to_string(), None),
         };
         Err(CommitError {
@@ -49,17 +57,23 @@ impl CommitError {
     }
 }
 
-/// A [`HandlerError`] as a `std::error::Error` source.
+/// A [`HandlerError`] as a `std::error::Error` source: it stands for the error the handler
+/// returned, displays as that error and has its sources, so that an error chain prints each
+/// cause once (the kind, transient or permanent, is in [`CommitError::reason`]).
 #[derive(Debug)]
 pub struct HandlerErrorSource(pub HandlerError);
 
 impl std::fmt::Display for HandlerErrorSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
+        std::fmt::Display::fmt(self.0.source_error(), f)
     }
 }
 
-impl std::error::Error for HandlerErrorSource {}
+impl std::error::Error for HandlerErrorSource {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source_error().source()
+    }
+}
 
 /// The events of one command, committed together.
 ///

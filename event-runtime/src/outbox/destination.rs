@@ -125,6 +125,80 @@ pub struct Routing {
 /// takes a name of that form (a lower-case word and a single `:`) for a relay, shows it as
 /// one, and refuses to purge or re-target its pending deliveries (events not yet published)
 /// unless forced.
+///
+/// # Examples
+///
+/// A destination that posts each event of the `order` aggregate to a webhook (here a channel
+/// stands in for the HTTP client), added to the outbox with
+/// [`OutboxBuilder::destination`](crate::OutboxBuilder::destination):
+///
+/// ```
+/// use std::sync::{Arc, Mutex};
+/// use std::time::Duration;
+///
+/// use async_trait::async_trait;
+/// use event_core::{DomainEvent, EventDescriptor, EventRecorder, HandlerError};
+/// use event_runtime::{Delivery, DeliveryError, Destination, Outbox, Routing, Store};
+/// use serde::{Deserialize, Serialize};
+///
+/// #[derive(Serialize, Deserialize, DomainEvent)]
+/// #[event(name = "order.placed", version = 1)]
+/// struct OrderPlaced { #[event(aggregate_id)] order_id: String }
+///
+/// /// Stands in for an HTTP client.
+/// #[derive(Default)]
+/// struct Webhook { received: Mutex<Vec<String>> }
+///
+/// impl Webhook {
+///     async fn post(&self, idempotency_key: &str, body: &str) -> Result<(), std::io::Error> {
+///         assert!(body.contains("order.placed"));
+///         self.received.lock().unwrap().push(idempotency_key.to_owned());
+///         Ok(())
+///     }
+/// }
+///
+/// #[async_trait]
+/// impl Destination for Webhook {
+///     fn name(&self) -> &str {
+///         "webhook:orders"
+///     }
+///
+///     fn route(&self, event: &EventDescriptor) -> Option<Routing> {
+///         (event.aggregate_type == "order").then_some(Routing { ordered: true })
+///     }
+///
+///     async fn deliver(&self, delivery: &Delivery<'_>) -> Result<(), DeliveryError> {
+///         if delivery.attempt > 5 {
+///             return Err(HandlerError::permanent_msg("the webhook keeps failing").into());
+///         }
+///         // The event id is the idempotency key downstream; `?` makes an I/O error a
+///         // transient failure, retried with backoff.
+///         self.post(&delivery.event_id.to_string(), delivery.envelope).await?;
+///         Ok(())
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let path = std::env::temp_dir().join(format!("destination-doc-{}.db", uuid::Uuid::now_v7()));
+/// # let url = format!("sqlite://{}", path.display());
+/// let webhook = Arc::new(Webhook::default());
+/// let outbox = Outbox::builder(Store::connect(&url).await?)
+///     .destination(webhook.clone())
+///     .build()?;
+///
+/// let mut uow = outbox.begin().await?;
+/// let mut recorder = EventRecorder::new();
+/// recorder.record(OrderPlaced { order_id: "A-1".into() });
+/// uow.extend(recorder.take());
+/// uow.commit().await?;
+///
+/// outbox.drain(Duration::from_secs(10)).await?;
+/// assert_eq!(webhook.received.lock().unwrap().len(), 1);
+/// # drop(outbox); std::fs::remove_file(path).ok();
+/// # Ok(())
+/// # }
+/// ```
 #[async_trait]
 pub trait Destination: Send + Sync + 'static {
     /// The name deliveries to it are stored under.

@@ -146,13 +146,13 @@ impl Outbox {
     fn decode(&self, d: &ClaimedDelivery, index: u32) -> Result<Box<dyn AnyEnvelope>, Failure> {
         let dead = |reason, chain| Failure::Undeliverable(reason, chain);
         let raw = RawEnvelope::from_json(&d.envelope)
-            .map_err(|e| dead(DeadLetterReason::Undecodable, chain_of(&e)))?;
+            .map_err(|e| dead(DeadLetterReason::Undecodable, ErrorChain(&e).messages()))?;
         let registry = self.inner.dispatcher.registry();
         let envelope = registry.decode(&raw).map_err(|e| match e {
             DecodeError::UnknownName { .. } | DecodeError::UnknownVersion { .. } => {
-                dead(DeadLetterReason::UnknownEvent, chain_of(&e))
+                dead(DeadLetterReason::UnknownEvent, ErrorChain(&e).messages())
             }
-            e => dead(DeadLetterReason::Undecodable, chain_of(&e)),
+            e => dead(DeadLetterReason::Undecodable, ErrorChain(&e).messages()),
         })?;
         // The handler's event of that name (one of a union's variants, or its only one).
         let events = self.inner.dispatcher.handler_descriptor(index).events;
@@ -176,7 +176,7 @@ impl Outbox {
         // Recorded before the event's newest version was added: upcast step by step.
         registry
             .upcast(envelope, wanted)
-            .map_err(|e| dead(DeadLetterReason::Undecodable, chain_of(&e)))
+            .map_err(|e| dead(DeadLetterReason::Undecodable, ErrorChain(&e).messages()))
     }
 
     /// Calls a destination outside any transaction, catching panics.
@@ -560,16 +560,6 @@ async fn undo(tx: &mut Tx, savepoint: &str) -> Result<(), crate::store::StoreErr
         Ok(()) => Ok(()),
         Err(_) => tx.backend().rollback_to_savepoint(savepoint).await,
     }
-}
-
-fn chain_of(e: &(dyn std::error::Error + 'static)) -> Vec<String> {
-    let mut out = vec![e.to_string()];
-    let mut next = e.source();
-    while let Some(s) = next {
-        out.push(s.to_string());
-        next = s.source();
-    }
-    out
 }
 
 fn give_back(settle: &mpsc::UnboundedSender<Decided>, rest: impl Iterator<Item = ClaimedDelivery>) {

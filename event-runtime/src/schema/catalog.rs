@@ -89,7 +89,7 @@ pub enum CatalogError {
     #[error("no catalog snapshot at {0}: run the check once with {BLESS_VAR}=bless to write it, then commit it")]
     MissingSnapshot(PathBuf),
     /// The file could not be read or written.
-    #[error("catalog snapshot {path}: {source}")]
+    #[error("cannot read or write catalog snapshot {path}")]
     Io {
         /// The snapshot path.
         path: PathBuf,
@@ -98,7 +98,7 @@ pub enum CatalogError {
         source: std::io::Error,
     },
     /// The file is not a catalog snapshot.
-    #[error("catalog snapshot {path} is not a catalog: {source}")]
+    #[error("catalog snapshot {path} is not a catalog")]
     Parse {
         /// The snapshot path.
         path: PathBuf,

@@ -104,8 +104,10 @@ pub enum StoreError {
     #[error("database error")]
     Database(#[from] DatabaseError),
     /// Applying the bundled migrations failed.
-    #[error("migrating the outbox schema failed")]
-    Migrate(#[from] sqlx::migrate::MigrateError),
+    ///
+    /// As for [`Database`](Self::Database), sqlx's message is printed here, with no source.
+    #[error("migrating the outbox schema failed: {}", sql::migrate_message(.0))]
+    Migrate(sqlx::migrate::MigrateError),
     /// Another commit already recorded this sequence number for the aggregate (optimistic
     /// concurrency: reload the aggregate and retry the command). Names the event whose row
     /// the unique index rejected.
@@ -157,6 +159,13 @@ pub enum StoreError {
     SameDestination {
         /// The destination.
         destination: String,
+    },
+    /// A savepoint name other than lower-case ASCII letters, digits and `_` (savepoint names
+    /// are written into the statement, so they are checked instead of quoted). Nothing ran.
+    #[error("invalid savepoint name {name:?}: a-z, 0-9 and _ only")]
+    InvalidSavepointName {
+        /// The name refused.
+        name: String,
     },
     /// A row holds data this version cannot read (a corrupted or foreign table).
     #[error("corrupt outbox row: {0}")]
@@ -240,13 +249,10 @@ impl std::fmt::Display for DatabaseError {
 }
 
 impl std::error::Error for DatabaseError {
-    /// The database's refusal is said whole by `Display`; other sqlx errors keep their cause
-    /// (an I/O or TLS error).
+    /// None: `Display` says it whole. sqlx prints the cause of its other errors (an I/O or TLS
+    /// error) inside its own message too, so a source would print it twice.
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match &self.0 {
-            sqlx::Error::Database(_) => None,
-            other => other.source(),
-        }
+        None
     }
 }
 
@@ -386,6 +392,39 @@ fn backend_for(url: &str) -> Result<&'static BackendEntry, StoreError> {
 /// | `event_inbox_identity` | transport inbox | `inbox`, `stream`, `stream_created`, `consumer_created` (the broker's creation times: [`InboxIdentity`]) |
 ///
 /// Cheap to clone (an `Arc`).
+///
+/// # Examples
+///
+/// Connecting creates the outbox tables; the application's own tables live in the same
+/// database, written in the same transactions:
+///
+/// ```
+/// use event_runtime::{SqlValue, Store};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let path = std::env::temp_dir().join(format!("store-doc-{}.db", uuid::Uuid::now_v7()));
+/// # let url = format!("sqlite://{}", path.display());
+/// // `sqlite://PATH`, or `postgres://USER@HOST/DB` with the feature `postgres`.
+/// let store = Store::connect(&url).await?;
+/// assert_eq!(store.backend_name(), "sqlite");
+///
+/// let mut tx = store.begin().await?;
+/// tx.execute("CREATE TABLE accounts (id TEXT PRIMARY KEY, balance BIGINT NOT NULL)", &[])
+///     .await?;
+/// tx.execute(
+///     "INSERT INTO accounts VALUES ($1, $2)",
+///     &[SqlValue::Text("acc-1"), SqlValue::Int(100)],
+/// )
+/// .await?;
+/// tx.commit().await?;
+///
+/// // Nothing was committed through an outbox yet.
+/// assert_eq!(store.stats().await?.events, 0);
+/// # drop(store); std::fs::remove_file(path).ok();
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone)]
 pub struct Store {
     backend: Arc<dyn Backend>,

@@ -79,6 +79,42 @@ impl Tx {
     /// [`Row::get`](super::Row::get). The same code runs on every store; see the
     /// [module docs](crate::store#portable-sql) for the types, how each store keeps them and
     /// what SQL is not portable.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use event_runtime::Store;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let path = std::env::temp_dir().join(format!("query-doc-{}.db", uuid::Uuid::now_v7()));
+    /// # let url = format!("sqlite://{}", path.display());
+    /// let store = Store::connect(&url).await?;
+    /// let mut tx = store.begin().await?;
+    /// tx.query("CREATE TABLE parcels (id TEXT PRIMARY KEY, grams INTEGER NOT NULL, note TEXT)")
+    ///     .execute()
+    ///     .await?;
+    /// let inserted = tx
+    ///     .query("INSERT INTO parcels (id, grams, note) VALUES ($1, $2, $3)")
+    ///     .bind("p-1")
+    ///     .bind(1200_i32)
+    ///     .bind(None::<String>)
+    ///     .execute()
+    ///     .await?;
+    /// assert_eq!(inserted, 1);
+    ///
+    /// let row = tx
+    ///     .query("SELECT grams, note FROM parcels WHERE id = $1")
+    ///     .bind("p-1")
+    ///     .fetch_one()
+    ///     .await?;
+    /// assert_eq!(row.get::<i32>("grams")?, 1200);
+    /// assert_eq!(row.get::<Option<String>>("note")?, None);
+    /// tx.commit().await?;
+    /// # drop(store); std::fs::remove_file(path).ok();
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn query(&mut self, sql: &'static str) -> Query<'_> {
         Query::on_tx(self, sql)
     }

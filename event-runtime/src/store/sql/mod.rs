@@ -182,6 +182,35 @@ pub(crate) fn db(e: sqlx::Error) -> StoreError {
     StoreError::from(e)
 }
 
+impl From<sqlx::migrate::MigrateError> for StoreError {
+    fn from(e: sqlx::migrate::MigrateError) -> Self {
+        StoreError::Migrate(e)
+    }
+}
+
+/// sqlx's message for `e`, once: sqlx prints a cause inside its own message *and* returns it
+/// as the source, so [`StoreError::Database`] prints this and has no source. A database's
+/// refusal is its own message, without sqlx's `error returned from database: `.
+pub(crate) fn sqlx_message(e: &sqlx::Error) -> String {
+    match e {
+        sqlx::Error::Database(db) => db.to_string(),
+        sqlx::Error::Migrate(m) => migrate_message(m),
+        other => other.to_string(),
+    }
+}
+
+/// As [`sqlx_message`], for [`StoreError::Migrate`].
+pub(crate) fn migrate_message(e: &sqlx::migrate::MigrateError) -> String {
+    use sqlx::migrate::MigrateError;
+    match e {
+        MigrateError::Execute(e) => format!("while executing migrations: {}", sqlx_message(e)),
+        MigrateError::ExecuteMigration(e, version) => {
+            format!("while executing migration {version}: {}", sqlx_message(e))
+        }
+        other => other.to_string(),
+    }
+}
+
 /// Deliveries named by (destination, event id), grouped by destination: one statement per
 /// destination and chunk, each `handler = $a AND event_id IN (…)` on the primary key.
 pub(crate) fn by_destination<'a>(
@@ -473,8 +502,7 @@ impl<D: Dialect> Backend for SqlStore<D> {
     }
 
     fn is_conflict(&self, error: &(dyn std::error::Error + 'static)) -> bool {
-        let mut next = Some(error);
-        while let Some(e) = next {
+        event_core::ErrorChain(error).into_iter().any(|e| {
             let sqlx = match e.downcast_ref::<StoreError>() {
                 Some(StoreError::Database(d)) => Some(d.sqlx()),
                 _ => e
@@ -486,12 +514,8 @@ impl<D: Dialect> Backend for SqlStore<D> {
                 Some(sqlx::Error::Database(db)) => Some(db),
                 _ => None,
             };
-            if db.is_some_and(|db| D::is_conflict(db.as_ref())) {
-                return true;
-            }
-            next = e.source();
-        }
-        false
+            db.is_some_and(|db| D::is_conflict(db.as_ref()))
+        })
     }
 }
 
@@ -534,9 +558,9 @@ fn check_savepoint(name: &str) -> Result<(), StoreError> {
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b == b'_' || b.is_ascii_digit())
     {
-        return Err(StoreError::Corrupt(format!(
-            "invalid savepoint name {name:?}: a-z, 0-9 and _ only"
-        )));
+        return Err(StoreError::InvalidSavepointName {
+            name: name.to_owned(),
+        });
     }
     Ok(())
 }

@@ -96,19 +96,23 @@ pub const CONTENT_TYPE: &str = "application/cloudevents+json";
 pub enum NatsError {
     /// Connecting failed ([`connect`]): the server is not reachable at that URL, or refused
     /// the client.
-    #[error("{component}: cannot connect to NATS at {url}")]
+    ///
+    /// async-nats prints a cause inside its own message and returns it again as the source:
+    /// printed here once, with no source.
+    #[error("{component}: cannot connect to NATS at {url}: {error}")]
     Connect {
         /// Which part of the application connected (the client's name).
         component: String,
         /// The URL, credentials masked.
         url: String,
         /// Why (the operating system's, TLS's or the server's error).
-        #[source]
-        source: async_nats::Error,
+        error: async_nats::Error,
     },
-    /// Talking to the server failed.
-    #[error("NATS: {0} failed")]
-    Broker(&'static str, #[source] async_nats::Error),
+    /// Talking to the server failed. async-nats prints a cause inside its own message and
+    /// returns it again as the source: printed here once, with no source.
+    #[error("NATS: {0} failed: {1}")]
+    Broker(&'static str, async_nats::Error),
+
     /// The stream or the durable consumer an inbox consumes is not the one it recorded in its
     /// store on its first start: deleted, or deleted and created anew (a wiped or replaced
     /// broker). Messages published before may never arrive, so the inbox stops rather than
@@ -307,7 +311,7 @@ pub async fn connect(url: &str, component: &str) -> Result<async_nats::Client, N
     options.connect(url).await.map_err(|e| NatsError::Connect {
         component: component.to_owned(),
         url: shown,
-        source: e.into(),
+        error: e.into(),
     })
 }
 

@@ -145,13 +145,7 @@ impl NatsInbox {
 }
 
 pub(super) fn chain(e: &(dyn std::error::Error + 'static)) -> Vec<String> {
-    let mut out = vec![e.to_string()];
-    let mut s = e.source();
-    while let Some(c) = s {
-        out.push(c.to_string());
-        s = c.source();
-    }
-    out
+    event_core::ErrorChain(e).messages()
 }
 
 /// Writes a message the inbox cannot accept to the dead letter queue, once per (inbox, event
