@@ -298,14 +298,7 @@ async fn run(args: &Args) -> Result<Summary, Box<dyn std::error::Error>> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    // The framework's warnings (broker outages, retries, dead letters) on standard error.
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .init();
+    examples::init_logging();
     let args = Args::parse();
     match run(&args).await {
         Ok(s) => {

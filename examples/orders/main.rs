@@ -25,15 +25,7 @@ async fn main() -> ExitCode {
     if argv.get(1).is_some_and(|a| a == "events") {
         return events(argv).await;
     }
-    // The framework's warnings (broker outages, retries, dead letters) on standard error;
-    // `RUST_LOG` changes the level.
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .init();
+    examples::init_logging();
     let args = Args::parse_from(argv);
     let report = match orders::run(&args).await {
         Ok(report) => report,

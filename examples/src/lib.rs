@@ -12,3 +12,16 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod orders;
+
+/// Logs the framework's lines (broker outages, retries, dead letters) on standard error, at
+/// `warn` and above unless `RUST_LOG` says otherwise (`RUST_LOG=info`,
+/// `RUST_LOG=event_runtime=debug`). Call it once, first thing in `main`.
+pub fn init_logging() {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+}
