@@ -298,7 +298,7 @@ async fn run(args: &Args) -> Result<Summary, Box<dyn std::error::Error>> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    examples::init_logging();
+    examples::init_logging("warn");
     let args = Args::parse();
     match run(&args).await {
         Ok(s) => {

@@ -25,7 +25,10 @@ async fn main() -> ExitCode {
     if argv.get(1).is_some_and(|a| a == "events") {
         return events(argv).await;
     }
-    examples::init_logging();
+    // Warnings (a broker outage, a paused relay) on standard error; the per-delivery lines
+    // of the engine (each dead letter the ERP export refuses by design) are in the report
+    // instead: `RUST_LOG=warn` shows them too.
+    examples::init_logging("warn,event_runtime::outbox::engine=off");
     let args = Args::parse_from(argv);
     let report = match orders::run(&args).await {
         Ok(report) => report,

@@ -13,15 +13,16 @@
 
 pub mod orders;
 
-/// Logs the framework's lines (broker outages, retries, dead letters) on standard error, at
-/// `warn` and above unless `RUST_LOG` says otherwise (`RUST_LOG=info`,
-/// `RUST_LOG=event_runtime=debug`). Call it once, first thing in `main`.
-pub fn init_logging() {
+/// Logs the framework's lines (broker outages, paused destinations, dead letters) on standard
+/// error, filtered by `RUST_LOG` when it is set (`RUST_LOG=info` adds retries,
+/// `RUST_LOG=event_runtime=debug` more) and by `default` otherwise (`"warn"`). Call it once,
+/// first thing in `main`.
+pub fn init_logging(default: &str) {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default)),
         )
         .init();
 }

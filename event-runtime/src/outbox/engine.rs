@@ -122,7 +122,9 @@ impl Outbox {
             let mut rng = self.inner.rng.lock().unwrap_or_else(|e| e.into_inner());
             dest.retry.backoff(attempts, &mut rng)
         };
-        tracing::warn!(
+        // A scheduled retry is the engine doing its job (counted in
+        // `events_delivery_retries_total`): info, not warn; giving up is an error.
+        tracing::info!(
             event = %d.name,
             event_id = %d.event_id,
             handler = %dest.name,
