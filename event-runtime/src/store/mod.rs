@@ -16,6 +16,7 @@
 #![doc = include_str!("portable_sql.md")]
 
 pub mod backend;
+mod conflicts;
 mod inbox;
 mod operator;
 #[cfg(feature = "postgres")]
@@ -39,6 +40,7 @@ use chrono::{DateTime, Utc};
 use futures_util::future::BoxFuture;
 
 pub use backend::{Backend, BackendTransaction};
+pub(crate) use conflicts::Place;
 pub use inbox::InboxIdentity;
 pub use query::{Query, Row};
 pub use resolve::RESOLVE_PAGE;
