@@ -31,6 +31,7 @@ pub(crate) mod sql;
 pub mod sqlite;
 mod tx;
 mod types;
+mod unrouted;
 mod value;
 
 use std::sync::Arc;
@@ -50,6 +51,7 @@ pub use types::{
     DeadLetterReason, DestinationBacklog, DestinationReport, HandlerStats, OutboxStats,
     PausedDestination, Resolution,
 };
+pub(crate) use unrouted::UNROUTED_CAP;
 pub use value::{timestamp_text, Datum, FromSql, SqlType, ToSql};
 
 #[cfg(not(any(feature = "sqlite", feature = "postgres")))]
