@@ -501,3 +501,77 @@ fn orders_killed_mid_run_and_run_again_publishes_each_event_once() {
     eprintln!("{test}: passed in {:?}", started.elapsed());
     pair.delete_stream();
 }
+
+/// The header and the first `rows` data rows of the bundled file, in the pair's folder.
+fn first_rows(pair: &Pair, rows: usize) -> PathBuf {
+    let bytes = std::fs::read(examples::orders::default_input()).unwrap();
+    let out: Vec<u8> = bytes
+        .split_inclusive(|&b| b == b'\n')
+        .take(rows + 1)
+        .flatten()
+        .copied()
+        .collect();
+    let path = pair.dir.join("first-rows.csv");
+    std::fs::write(&path, out).unwrap();
+    path
+}
+
+/// The README's NATS path followed on the main job's database: `orders --nats` there commits
+/// nothing (every row is already imported) and its relay, added after those events, never
+/// publishes them. It says so on stderr, with the fix; on a fresh database, and once the
+/// relay has deliveries, it says nothing.
+#[test]
+fn orders_with_nats_on_a_database_filled_without_it_warns_that_nothing_is_published() {
+    let test = "nats_on_a_filled_database";
+    let Some(pair) = Pair::new(test) else {
+        return;
+    };
+    let input = first_rows(&pair, 40);
+    let input = input.to_str().unwrap();
+    let quiet = [
+        "--flaky-rate",
+        "0",
+        "--redeliver-every",
+        "0",
+        "--input",
+        input,
+    ];
+    let main_job = Command::new(&pair.orders_bin)
+        .args(["--database", &pair.database("orders")])
+        .args(quiet)
+        .output()
+        .unwrap();
+    assert!(main_job.status.success(), "{main_job:?}");
+
+    let out = pair.orders().args(quiet).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("warning: ")
+            && stderr.contains("events committed without --nats")
+            && stderr.contains("never publishes them")
+            && stderr.contains("fresh database"),
+        "{stderr}"
+    );
+    assert_eq!(pair.messages(), 0, "nothing was published");
+
+    let fresh = |what: &str| {
+        let out = Command::new(&pair.orders_bin)
+            .args(["--database", &pair.database("fresh")])
+            .args(["--nats", &pair.url, "--stream", &pair.stream])
+            .args(["--subject-prefix", &pair.prefix])
+            .args(quiet)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{what}: {stderr}");
+        assert!(!stderr.contains("never publishes"), "{what}: {stderr}");
+    };
+    fresh("a fresh database");
+    assert!(
+        pair.messages() > 0,
+        "the fresh database's events were published"
+    );
+    fresh("the same database again (its relay has deliveries)");
+    pair.delete_stream();
+}

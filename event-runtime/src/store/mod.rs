@@ -16,6 +16,7 @@
 #![doc = include_str!("portable_sql.md")]
 
 pub mod backend;
+mod conflicts;
 mod inbox;
 mod operator;
 #[cfg(feature = "postgres")]
@@ -30,6 +31,7 @@ pub(crate) mod sql;
 pub mod sqlite;
 mod tx;
 mod types;
+mod unrouted;
 mod value;
 
 use std::sync::Arc;
@@ -39,6 +41,7 @@ use chrono::{DateTime, Utc};
 use futures_util::future::BoxFuture;
 
 pub use backend::{Backend, BackendTransaction};
+pub(crate) use conflicts::Place;
 pub use inbox::InboxIdentity;
 pub use query::{Query, Row};
 pub use resolve::RESOLVE_PAGE;
@@ -48,6 +51,7 @@ pub use types::{
     DeadLetterReason, DestinationBacklog, DestinationReport, HandlerStats, OutboxStats,
     PausedDestination, Resolution,
 };
+pub(crate) use unrouted::UNROUTED_CAP;
 pub use value::{timestamp_text, Datum, FromSql, SqlType, ToSql};
 
 #[cfg(not(any(feature = "sqlite", feature = "postgres")))]

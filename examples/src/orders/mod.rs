@@ -539,6 +539,23 @@ async fn open(args: &Args) -> Result<Store, RunError> {
     Ok(store)
 }
 
+/// The warning `--nats` prints when the database already holds `missed` events that were
+/// committed before the relay was added (a database an earlier run without `--nats` filled):
+/// the relay publishes only what is committed from now on, and a run that skips the rows it
+/// already holds commits nothing, so `billing` would receive nothing and say so with exit 0.
+pub fn unpublished_warning(missed: u64, database: &str) -> Option<String> {
+    (missed > 0).then(|| {
+        let more = if missed >= 10_000 { " or more" } else { "" };
+        format!(
+            "warning: {} already holds {missed}{more} events committed without --nats; the NATS relay \
+             was added after them and never publishes them (only events committed from now on), \
+             so billing will not receive them. To publish the whole job, run `orders --nats` on \
+             a fresh database (another --database, such as sqlite://orders-nats.db).",
+            mask_password(database)
+        )
+    })
+}
+
 /// Runs the job: imports `args.input` into `args.database`, delivers every event, and reads
 /// the totals back.
 ///
@@ -592,6 +609,13 @@ pub async fn run(args: &Args) -> Result<Report, RunError> {
         .map_err(RunError::Start)?;
     if let Some(relay) = &relay {
         relay.check(&outbox).await.map_err(RunError::Nats)?;
+        let missed = relay
+            .unpublished_before(&outbox)
+            .await
+            .map_err(RunError::Nats)?;
+        if let Some(warning) = unpublished_warning(missed, &args.database) {
+            eprintln!("{warning}");
+        }
     }
     let imported = persistence::imported_row_ids(outbox.store())
         .await

@@ -310,8 +310,51 @@ impl NatsRelay {
                 });
             }
         }
+        match self.unpublished_before(outbox).await {
+            Ok(0) => {}
+            Ok(n) => tracing::warn!(
+                relay = %self.config.name,
+                events = n,
+                "the outbox already holds {n}{} events this relay routes, committed before it was \
+                 added: it never publishes them (only events committed from now on); to publish \
+                 a job's events, run it on a fresh database with the relay configured",
+                if n >= crate::store::UNROUTED_CAP { " or more" } else { "" }
+            ),
+            Err(e) => {
+                tracing::debug!(relay = %self.config.name, error = %event_core::ErrorChain(&e), "could not look for events committed before the relay")
+            }
+        }
         self.checked.store(true, Ordering::Release);
         Ok(shape)
+    }
+
+    /// How many events the outbox holds that this relay routes but was never given: committed
+    /// before the relay was added to the outbox (nothing writes their deliveries later), so
+    /// never published. 0 as soon as the relay has a delivery row of any state. Counts events
+    /// recorded within the outbox's retention (older completed deliveries may be purged), up
+    /// to 10,000. [`check`](Self::check) logs a warning when there are any.
+    ///
+    /// # Errors
+    /// [`NatsError::Store`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn unpublished_before(&self, outbox: &Outbox) -> Result<u64, NatsError> {
+        let names: Vec<&str> = outbox
+            .dispatcher()
+            .registry()
+            .events()
+            .iter()
+            .filter(|e| self.route(e).is_some())
+            .map(|e| e.name)
+            .collect();
+        let retention = i64::try_from(outbox.config().retention.as_millis()).unwrap_or(i64::MAX);
+        let since = outbox.clock().now_ms().saturating_sub(retention);
+        Ok(outbox
+            .store()
+            .unrouted_events(&self.config.name, &names, since)
+            .await?
+            .unwrap_or(0))
     }
 
     fn connected(&self) -> bool {
