@@ -90,12 +90,14 @@ async fn consumer(store: Store, commits: Arc<AtomicUsize>) -> Outbox {
                 .handler::<bill>(),
         )
         .config(
-            OutboxConfig::default().retry(RetryPolicy {
-                max_attempts: 5,
-                initial_backoff: Duration::from_millis(10),
-                max_backoff: Duration::from_millis(50),
-            }).// The billing example's.
-            poll_interval(Duration::from_millis(20)),
+            OutboxConfig::default()
+                .retry(RetryPolicy {
+                    max_attempts: 5,
+                    initial_backoff: Duration::from_millis(10),
+                    max_backoff: Duration::from_millis(50),
+                })
+                // The billing example's.
+                .poll_interval(Duration::from_millis(20)),
         )
         .fault_injection(move |point| {
             if point == FaultPoint::AfterCommit {
