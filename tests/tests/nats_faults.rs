@@ -471,3 +471,86 @@ async fn losing_the_connection_and_getting_it_back_are_logged_with_the_component
     );
     assert!(!text.contains("secret"), "{text}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_broker_pauses_the_relay_without_using_attempts_and_it_resumes_when_it_answers() {
+    if !enabled("hung_broker") {
+        return;
+    }
+    captured();
+    for db in common::databases("hung_broker").await {
+        let label = db.label();
+        let Some(server) = OwnServer::start() else {
+            return;
+        };
+        let client = server.client().await;
+        let js = jetstream::new(client.clone());
+        stream_spec("EVENTS").create(&js).await.unwrap();
+        let relay = NatsRelay::new(
+            client.clone(),
+            RelayConfig::new("EVENTS")
+                .name(format!("nats:hung-{label}-{}", server.port))
+                .subject_prefix("faults")
+                .publish_timeout(Duration::from_secs(1))
+                .retry(RetryPolicy {
+                    max_attempts: 3,
+                    initial_backoff: Duration::from_millis(10),
+                    max_backoff: Duration::from_millis(20),
+                }),
+        );
+        let outbox = Outbox::builder(db.open().await)
+            .dispatcher(Dispatcher::builder_empty().event::<Shipped>())
+            .destination(relay.clone())
+            .config(OutboxConfig::default().poll_interval(Duration::from_millis(20)))
+            .build()
+            .unwrap();
+        relay.check(&outbox).await.unwrap();
+        let workers = outbox.spawn_workers(1);
+
+        // A 90 s hang in the field; 8 s here, beyond several publish time-outs.
+        server.freeze();
+        let mut uow = outbox.begin().await.unwrap();
+        for i in 1..=3 {
+            uow.add(shipped("H", i));
+        }
+        uow.commit().await.unwrap();
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        let stats = outbox.store().stats().await.unwrap();
+        assert_eq!(
+            (stats.pending, stats.dead_letters),
+            (3, 0),
+            "{label}: held back"
+        );
+        let mut tx = outbox.store().begin().await.unwrap();
+        let attempts = tx
+            .fetch_i64(
+                "SELECT COALESCE(MAX(attempts), 0) FROM event_deliveries",
+                &[],
+            )
+            .await
+            .unwrap()
+            .unwrap_or(-1);
+        tx.rollback().await.unwrap();
+        assert_eq!(attempts, 0, "{label}: a hung broker uses no attempt");
+        let line = logged("the pause", &["destination unavailable", relay.name()]).await;
+        assert!(line.contains("WARN"), "{line}");
+
+        server.thaw();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let stats = outbox.store().stats().await.unwrap();
+            if stats.pending == 0 {
+                assert_eq!(stats.dead_letters, 0, "{label}");
+                break;
+            }
+            assert!(Instant::now() < deadline, "{label}: resumed: {stats:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        logged(
+            "the resumption",
+            &["destination available again after", relay.name()],
+        )
+        .await;
+        workers.shutdown(Duration::from_secs(5)).await.unwrap();
+    }
+}

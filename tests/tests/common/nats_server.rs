@@ -79,6 +79,26 @@ impl OwnServer {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 
+    /// Stops it (SIGSTOP): it holds its connections and answers nothing, as a hung broker.
+    pub fn freeze(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Continues it after [`freeze`](Self::freeze) (SIGCONT).
+    pub fn thaw(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        if let Some(c) = &self.child {
+            let status = std::process::Command::new("kill")
+                .args([signal, &c.id().to_string()])
+                .status()
+                .unwrap();
+            assert!(status.success(), "kill {signal} failed");
+        }
+    }
+
     pub fn url(&self) -> String {
         format!("nats://127.0.0.1:{}", self.port)
     }

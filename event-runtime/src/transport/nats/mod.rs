@@ -30,6 +30,57 @@
 //!    database is down, a handler's transient error) dead-letters nothing: the batch is
 //!    redelivered.
 //!
+//! # Example
+//! Wiring a relay into the producing service's outbox and an inbox into the consuming
+//! service's (two processes in practice; `examples/billing` is a whole consumer):
+//!
+//! ```no_run
+//! use event_core::DomainEvent;
+//! use event_runtime::transport::nats::{self, InboxConfig, NatsInbox, NatsRelay, RelayConfig, StreamSpec};
+//! use event_runtime::{CancellationToken, Dispatcher, Outbox, OutboxConfig, Store};
+//! use serde::{Deserialize, Serialize};
+//!
+//! #[derive(Serialize, Deserialize, DomainEvent)]
+//! #[event(name = "order.placed", version = 1)]
+//! struct OrderPlaced {
+//!     #[event(aggregate_id)]
+//!     order_id: String,
+//! }
+//!
+//! # #[allow(dead_code)]
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! // The producer: events committed through its outbox are published to `events.<name>`.
+//! let client = nats::connect("nats://127.0.0.1:4222", "orders").await?;
+//! StreamSpec::new("EVENTS").create(&async_nats::jetstream::new(client.clone())).await?;
+//! let relay = NatsRelay::new(client, RelayConfig::new("EVENTS"));
+//! let orders = Outbox::builder(Store::connect("sqlite://orders.db").await?)
+//!     .dispatcher(Dispatcher::builder_empty().event::<OrderPlaced>())
+//!     .destination(relay.clone())
+//!     .config(OutboxConfig::default().source("urn:example:orders"))
+//!     .build()?;
+//! relay.check(&orders).await?; // until it passes, the relay delivers nothing
+//! let publishing = orders.spawn_workers(2);
+//!
+//! // The consumer: received events are committed into its own outbox, whose workers run
+//! // its handlers.
+//! let client = nats::connect("nats://127.0.0.1:4222", "billing").await?;
+//! let billing = Outbox::builder(Store::connect("sqlite://billing.db").await?)
+//!     .dispatcher(Dispatcher::builder_empty().event::<OrderPlaced>())
+//!     .build()?;
+//! let inbox = NatsInbox::new(
+//!     &async_nats::jetstream::new(client),
+//!     billing.clone(),
+//!     InboxConfig::new("EVENTS", "billing").batch(256),
+//! )
+//! .await?;
+//! let handling = billing.spawn_workers(2);
+//! // Until cancelled, or a verdict about the broker's data (an error: never a partial success).
+//! let received = inbox.run(CancellationToken::new(), None).await?;
+//! # let _ = (received, publishing, handling);
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # When the broker has trouble
 //! Nothing ends in a silent success. The relay pauses — no attempt used, nothing
 //! dead-lettered — while the server is unreachable or the stream is missing or has no leader,

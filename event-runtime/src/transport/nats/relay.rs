@@ -171,6 +171,8 @@ pub struct NatsRelay {
     header_bytes: usize,
     checked: AtomicBool,
     timeouts: Mutex<TimeoutLog>,
+    /// A subject of each routed event, as `check` found the stream capturing them.
+    subjects: Mutex<Vec<String>>,
 }
 
 /// Publish time-outs since the last log line about them.
@@ -218,6 +220,7 @@ impl NatsRelay {
                 since: Instant::now(),
                 logged: None,
             }),
+            subjects: Mutex::new(Vec::new()),
         })
     }
 
@@ -271,6 +274,7 @@ impl NatsRelay {
             return Err(NatsError::NotADestination(self.config.name.clone()));
         }
         let shape = StreamShape::fetch(&self.js, &self.config.stream).await?;
+        let mut subjects = Vec::new();
         for event in outbox.dispatcher().registry().events() {
             if self.route(event).is_none() {
                 continue;
@@ -282,7 +286,9 @@ impl NatsRelay {
                     stream: shape.name.clone(),
                 });
             }
+            subjects.push(subject);
         }
+        *self.subjects.lock().unwrap_or_else(|e| e.into_inner()) = subjects;
         let horizon = self.horizon(outbox);
         if shape.duplicate_window < horizon {
             return Err(NatsError::DuplicateWindowTooShort {
@@ -425,11 +431,17 @@ impl NatsRelay {
         }
     }
 
-    /// Whether the stream answers with a leader: `Err` says why not.
+    /// Whether the stream answers with a leader and still captures the subjects
+    /// [`check`](Self::check) found it capturing: `Err` says why not.
     async fn stream_ready(&self) -> Result<(), String> {
         let name = &self.config.stream;
-        let info = async {
-            let mut stream = self.js.get_stream(name).await.map_err(|e| match e.kind() {
+        // Within the delivery's time limit: a publish time-out and this probe together stay
+        // below `publish_timeout * 2 + 1 s`.
+        let limit = PROBE_TIMEOUT.min(self.config.publish_timeout);
+        let stream = tokio::time::timeout(limit, self.js.get_stream(name))
+            .await
+            .map_err(|_| format!("stream `{name}` did not answer within {limit:?}"))?
+            .map_err(|e| match e.kind() {
                 jetstream::context::GetStreamErrorKind::JetStream(j)
                     if j.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND =>
                 {
@@ -437,19 +449,18 @@ impl NatsRelay {
                 }
                 _ => format!("stream `{name}` does not answer: {e}"),
             })?;
-            stream
-                .info()
-                .await
-                .cloned()
-                .map_err(|e| format!("stream `{name}` does not answer: {e}"))
-        };
-        let info = tokio::time::timeout(PROBE_TIMEOUT, info)
-            .await
-            .map_err(|_| format!("stream `{name}` did not answer within {PROBE_TIMEOUT:?}"))??;
-        match info.cluster {
-            Some(c) if c.leader.is_none() => Err(format!("stream `{name}` has no leader")),
-            _ => Ok(()),
+        let info = stream.cached_info();
+        if info.cluster.as_ref().is_some_and(|c| c.leader.is_none()) {
+            return Err(format!("stream `{name}` has no leader"));
         }
+        let subjects = self.subjects.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(lost) = subjects
+            .iter()
+            .find(|s| !info.config.subjects.iter().any(|f| subject_matches(f, s)))
+        {
+            return Err(format!("stream `{name}` no longer captures `{lost}`"));
+        }
+        Ok(())
     }
 
     /// Counts a publish time-out; logs them at most once a minute.
