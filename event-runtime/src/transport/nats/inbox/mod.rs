@@ -109,14 +109,21 @@ impl std::fmt::Debug for NatsInbox {
 impl NatsInbox {
     /// Creates the durable pull consumer (explicit ack) or binds to it, and checks that the
     /// outbox's retention exceeds the consumer's redelivery horizon
-    /// ([`InboxConfig::redelivery_horizon`]).
+    /// ([`InboxConfig::redelivery_horizon`]). On the first start it records the stream's and
+    /// the consumer's creation times in the outbox's store ([`InboxIdentity`]); on every
+    /// later one it compares them, and never creates a consumer the store says existed.
     ///
     /// # Errors
-    /// [`NatsError::Config`]; [`NatsError::RetentionTooShort`]; [`NatsError::NoStream`] or
-    /// [`NatsError::Broker`] when the stream or consumer cannot be had.
+    /// [`NatsError::Config`]; [`NatsError::RetentionTooShort`];
+    /// [`NatsError::IdentityChanged`] when the stream or the consumer is not the one recorded
+    /// (gone, or created anew); [`NatsError::MessagesLost`] when the stream removed messages
+    /// the consumer had not acknowledged; [`NatsError::NoStream`] (first start) or
+    /// [`NatsError::Broker`] when the stream or consumer cannot be had; [`NatsError::Store`]
+    /// when the identity cannot be read or written.
     ///
     /// # Cancel safety
-    /// Cancel safe: the consumer was created or not; calling again binds to it.
+    /// Cancel safe: the consumer and the identity were created and recorded or not; calling
+    /// again binds to them.
     pub async fn new(
         js: &jetstream::Context,
         outbox: Outbox,
