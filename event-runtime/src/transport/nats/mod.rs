@@ -279,7 +279,8 @@ impl NatsError {
 }
 
 /// The broker's creation times of `stream` and of its durable consumer `durable` (`None`:
-/// no such consumer), as an inbox records them.
+/// no such consumer), as an inbox records them (`events nats inbox show|adopt`).
+#[cfg(feature = "cli")]
 pub(crate) async fn observe_identity(
     js: &async_nats::jetstream::Context,
     stream: &str,
