@@ -243,8 +243,7 @@ async fn run(args: &Args) -> Result<Summary, Box<dyn std::error::Error>> {
             Err(e) => {
                 // Logged by the connection's own lines too; retried, its messages redelivered.
                 eprintln!(
-                    "billing: NATS at {}: {}; retrying",
-                    nats::redact_url(&args.nats),
+                    "billing: a batch failed ({}); retrying",
                     event_core::ErrorChain(&e)
                 );
                 tokio::time::sleep(Duration::from_secs(1)).await;

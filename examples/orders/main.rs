@@ -62,6 +62,13 @@ async fn main() -> ExitCode {
         eprintln!("error: cannot write the report: {e}");
         return ExitCode::FAILURE;
     }
+    let unpublished: u64 = report.relays.iter().map(|r| r.pending).sum();
+    if unpublished > 0 {
+        eprintln!(
+            "error: {unpublished} events are not published to NATS yet (the relay is paused: the broker or its stream is unavailable; see the warnings above); run orders again with the same --database to publish them"
+        );
+        return ExitCode::FAILURE;
+    }
     if report.relay_dead_letters > 0 {
         eprintln!(
             "error: {} events never reached NATS: the relay's deliveries are in the dead letter queue; see `orders events dlq list --handler {}`",

@@ -554,3 +554,33 @@ async fn a_hung_broker_pauses_the_relay_without_using_attempts_and_it_resumes_wh
         workers.shutdown(Duration::from_secs(5)).await.unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_restarted_on_its_own_storage_is_the_same_broker() {
+    if !enabled("restarted_broker") {
+        return;
+    }
+    for db in common::databases("restarted_broker").await {
+        let label = db.label();
+        let Some(mut server) = OwnServer::start() else {
+            return;
+        };
+        let js = jetstream::new(server.client().await);
+        stream_spec("EVENTS").create(&js).await.unwrap();
+        let outbox = consumer_outbox(&db).await;
+        NatsInbox::new(&js, outbox.clone(), inbox_config("EVENTS"))
+            .await
+            .unwrap();
+        // nats-server 2.9 reports the consumer's creation time a little later after its first
+        // restart on the same storage: still the same consumer.
+        for _ in 0..2 {
+            server.down();
+            assert!(server.up());
+            let js = jetstream::new(server.client().await);
+            let inbox = NatsInbox::new(&js, outbox.clone(), inbox_config("EVENTS"))
+                .await
+                .unwrap_or_else(|e| panic!("{label}: a restart is not a wipe: {e}"));
+            inbox.verify().await.unwrap();
+        }
+    }
+}

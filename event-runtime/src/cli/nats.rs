@@ -99,6 +99,16 @@ pub(super) async fn inbox(
     writeln!(io.out, "inbox {name}")?;
     writeln!(io.out, "  recorded  {}", shown(&recorded))?;
     writeln!(io.out, "  server    {}", found.describe())?;
+    if recorded.is_none() && found.consumer_created.is_none() {
+        let what = match adopt {
+            Some(_) => "nothing was adopted",
+            None => "nothing to compare",
+        };
+        return Err(CliError::Refused(format!(
+            "no inbox `{}` here: this database records none, and stream `{}` has no consumer of that name (check the durable name, --stream and --database); {what}",
+            args.durable, args.stream
+        )));
+    }
     let same = recorded.as_ref().is_some_and(|r| {
         r.stream == found.stream
             && r.stream_created == found.stream_created
@@ -106,6 +116,10 @@ pub(super) async fn inbox(
     });
     match adopt {
         None if same => writeln!(io.out, "the same: the inbox consumes it")?,
+        None if recorded.is_none() => writeln!(
+            io.out,
+            "nothing recorded yet: the inbox records the server's on its first start"
+        )?,
         None => writeln!(
             io.out,
             "they differ: the inbox refuses to consume until `events nats inbox adopt {}` records the server's",

@@ -152,7 +152,8 @@ impl Outbox {
             match step {
                 Ok(lasted) => match self.inner.store.backend().resume(&name, RUNTIME).await {
                     Ok(_) => {
-                        tracing::info!(handler = %name, outage_s = lasted.as_secs_f64().round(), "destination available again after {}: resumed", human(lasted));
+                        // At the outage's level, so that a log showing the pause shows its end.
+                        tracing::warn!(handler = %name, outage_s = lasted.as_secs_f64().round(), "destination available again after {}: resumed", human(lasted));
                         metrics::gauge!("events_destination_paused", "handler" => name.clone())
                             .set(0.0);
                         self.inner.wake.notify_waiters();

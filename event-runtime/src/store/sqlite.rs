@@ -132,12 +132,25 @@ impl Dialect for SqliteDialect {
     }
 
     async fn migrate(pool: &Pool<Sqlite>) -> Result<(), StoreError> {
-        // Writers are serialised: two processes migrating take turns on the write lock.
+        // sqlx's migrator takes no lock on SQLite: two processes starting on a fresh file both
+        // find a migration missing, and the second one's transaction fails on what the first
+        // one created (`table event_outbox already exists`) and rolls back. Each migration is
+        // one transaction, so running again finds it applied: try again, a few times.
         let migrator = Self::migrator();
         let versions: Vec<i64> = migrator.iter().map(|m| m.version).collect();
-        adopt_migrations(pool, &versions).await?;
-        migrator.run(pool).await?;
-        Ok(())
+        let mut tries = 0;
+        loop {
+            adopt_migrations(pool, &versions).await?;
+            match migrator.run(pool).await {
+                Ok(()) => return Ok(()),
+                Err(e) if tries < 5 => {
+                    tries += 1;
+                    tracing::debug!(error = %e, tries, "migrating raced another process; trying again");
+                    tokio::time::sleep(std::time::Duration::from_millis(50 * tries)).await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
     }
 
     // SQLite keeps any value in any column: a column the engine reads as an integer (or a

@@ -167,8 +167,8 @@ pub enum NatsError {
     /// The stream or the durable consumer an inbox consumes is not the one it recorded in its
     /// store on its first start: deleted, or deleted and created anew (a wiped or replaced
     /// broker). Messages published before may never arrive, so the inbox stops rather than
-    /// report a partial result as complete. After checking what was lost (and re-publishing
-    /// it from the producer where it still has it), record the new identity with
+    /// report a partial result as complete. After checking what was lost (no tool re-publishes
+    /// it from the producer yet: that is planned), record the new identity with
     /// `events nats inbox adopt` ([`Store::adopt_inbox_identity`](crate::Store::adopt_inbox_identity)).
     #[error("inbox `{inbox}`: the broker no longer has what it consumed (recorded: {recorded}; found: {found}); events published before may never arrive: check, then record the new identity with `events nats inbox adopt`")]
     IdentityChanged {
@@ -312,8 +312,9 @@ pub fn redact_url(url: &str) -> String {
 /// client's name, shown by the server and in every log line), reconnecting on its own for as
 /// long as the client lives. The connection's life is logged through `tracing` with the
 /// component and the URL (credentials masked): `NATS connection lost` (warn) when it drops,
-/// `NATS connection back after …` (info) with the outage's length when it returns, and the
-/// server's and client's errors (warn).
+/// `NATS connection back after …` (warn, so that a log showing the loss shows its end) with
+/// the outage's length when it returns, and the server's and client's errors (warn; a failed
+/// reconnect attempt during an outage at debug).
 ///
 /// # Errors
 /// [`NatsError::Connect`], naming `component` and the URL, when the first connection fails.
@@ -341,7 +342,9 @@ pub async fn connect(url: &str, component: &str) -> Result<async_nats::Client, N
                         let since = lost.lock().unwrap_or_else(|e| e.into_inner()).take();
                         if let Some(since) = since {
                             let outage = since.elapsed();
-                            tracing::info!(component = %who, url = %at, outage_s = outage.as_secs_f64(), "NATS connection back after {}", crate::outbox::human(outage));
+                            // At the outage's level, so that a log showing the loss shows
+                            // its end.
+                            tracing::warn!(component = %who, url = %at, outage_s = outage.as_secs_f64(), "NATS connection back after {}", crate::outbox::human(outage));
                         }
                     }
                     Event::LameDuckMode => {
@@ -351,7 +354,12 @@ pub async fn connect(url: &str, component: &str) -> Result<async_nats::Client, N
                         tracing::warn!(component = %who, url = %at, error = %e, "NATS server error")
                     }
                     Event::ClientError(e) => {
-                        tracing::warn!(component = %who, url = %at, error = %e, "NATS client error")
+                        // Each failed reconnect attempt of an outage already logged as lost.
+                        if lost.lock().unwrap_or_else(|e| e.into_inner()).is_some() {
+                            tracing::debug!(component = %who, url = %at, error = %e, "NATS client error while reconnecting")
+                        } else {
+                            tracing::warn!(component = %who, url = %at, error = %e, "NATS client error")
+                        }
                     }
                     Event::SlowConsumer(sid) => {
                         tracing::warn!(component = %who, url = %at, subscription = sid, "NATS slow consumer: messages dropped by the client")

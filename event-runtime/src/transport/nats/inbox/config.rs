@@ -189,14 +189,19 @@ impl ReceivedBatch {
         let mut report = self.report;
         let acks = self.accepted.iter().map(|m| m.double_ack());
         let terms = self.poison.iter().map(|m| m.double_ack_with(AckKind::Term));
+        let mut first_failure = None;
         for r in futures_util::future::join_all(acks).await {
             match r {
                 Ok(()) => report.acked += 1,
                 Err(e) => {
                     report.ack_failed += 1;
-                    tracing::warn!(error = %e, "inbox ack not confirmed: the message will be redelivered");
+                    first_failure.get_or_insert(e);
                 }
             }
+        }
+        if let Some(e) = first_failure {
+            // One line a batch: a lost connection fails every ack of it.
+            tracing::warn!(error = %e, unconfirmed = report.ack_failed, "inbox acks not confirmed: those messages will be redelivered and skipped as duplicates");
         }
         metrics::counter!("events_nats_acked_total").increment(report.acked as u64);
         let terminated = futures_util::future::join_all(terms).await;

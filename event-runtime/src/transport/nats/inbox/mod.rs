@@ -47,6 +47,20 @@ pub(crate) fn created(t: time::OffsetDateTime) -> String {
         .to_rfc3339_opts(chrono::SecondsFormat::Nanos, true)
 }
 
+/// Whether two creation times as stored are the same object's: within a second. nats-server
+/// 2.9 reports a consumer's creation time a fraction of a millisecond later after its first
+/// restart on the same storage; a stream or consumer deleted and created again is created
+/// seconds to days later (its creator has to notice first).
+pub(crate) fn same_time(a: &str, b: &str) -> bool {
+    match (
+        chrono::DateTime::parse_from_rfc3339(a),
+        chrono::DateTime::parse_from_rfc3339(b),
+    ) {
+        (Ok(a), Ok(b)) => (a - b).num_milliseconds().abs() < 1_000,
+        _ => a == b,
+    }
+}
+
 /// The stream and the durable consumer as the server has them now.
 pub(crate) struct Observed {
     pub(crate) stream_created: String,
@@ -152,9 +166,9 @@ impl NatsInbox {
         };
         if let Some(r) = &recorded {
             let changed = r.stream != config.stream
-                || r.stream_created != observed.stream_created
+                || !same_time(&r.stream_created, &observed.stream_created)
                 || match (&r.consumer_created, &observed.consumer) {
-                    (Some(want), Some((have, _))) => want != have,
+                    (Some(want), Some((have, _))) => !same_time(want, have),
                     // The store says the consumer existed: never create it again (it would
                     // start over from the stream's first message, or miss what was lost).
                     (Some(_), None) => true,
@@ -202,9 +216,11 @@ impl NatsInbox {
         // First start (or the consumer an operator's adopt let it create): recorded, unless
         // another instance recorded first — then its identity must be this one.
         let identity = outbox.store().record_inbox_identity(&mine).await?;
-        if identity.stream_created != mine.stream_created
-            || identity.consumer_created != mine.consumer_created
-        {
+        let same_consumer = match (&identity.consumer_created, &mine.consumer_created) {
+            (Some(a), Some(b)) => same_time(a, b),
+            (a, b) => a == b,
+        };
+        if !same_time(&identity.stream_created, &mine.stream_created) || !same_consumer {
             return Err(NatsError::IdentityChanged {
                 inbox: name,
                 recorded: identity.describe(),
@@ -259,9 +275,9 @@ impl NatsInbox {
         };
         let same_consumer = matches!(
             (&self.identity.consumer_created, &observed.consumer),
-            (Some(want), Some((have, _))) if want == have
+            (Some(want), Some((have, _))) if same_time(want, have)
         );
-        if observed.stream_created != self.identity.stream_created || !same_consumer {
+        if !same_time(&observed.stream_created, &self.identity.stream_created) || !same_consumer {
             return Err(NatsError::IdentityChanged {
                 inbox: self.name.clone(),
                 recorded: self.identity.describe(),
