@@ -31,6 +31,7 @@ mod error;
 mod gauges;
 mod lease;
 mod pause;
+#[cfg(feature = "nats")]
 pub(crate) use pause::human;
 mod retention;
 pub(crate) mod retry;

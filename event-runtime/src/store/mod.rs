@@ -16,6 +16,8 @@
 #![doc = include_str!("portable_sql.md")]
 
 pub mod backend;
+// Used by the transports' inboxes and relays only.
+#[cfg(feature = "nats")]
 mod conflicts;
 mod inbox;
 mod operator;
@@ -31,6 +33,7 @@ pub(crate) mod sql;
 pub mod sqlite;
 mod tx;
 mod types;
+#[cfg(feature = "nats")]
 mod unrouted;
 mod value;
 
@@ -41,6 +44,7 @@ use chrono::{DateTime, Utc};
 use futures_util::future::BoxFuture;
 
 pub use backend::{Backend, BackendTransaction};
+#[cfg(feature = "nats")]
 pub(crate) use conflicts::Place;
 pub use inbox::InboxIdentity;
 pub use query::{Query, Row};
@@ -51,6 +55,7 @@ pub use types::{
     DeadLetterReason, DestinationBacklog, DestinationReport, HandlerStats, OutboxStats,
     PausedDestination, Resolution,
 };
+#[cfg(feature = "nats")]
 pub(crate) use unrouted::UNROUTED_CAP;
 pub use value::{timestamp_text, Datum, FromSql, SqlType, ToSql};
 
