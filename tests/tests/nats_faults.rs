@@ -89,6 +89,35 @@ fn stream_spec(stream: &str) -> StreamSpec {
     StreamSpec::new(stream).subjects(["faults.>"])
 }
 
+/// The relay the producer cases use: `faults.<name>` into `EVENTS`, three quick attempts (so
+/// that a fault that used attempts would dead-letter within a second).
+fn relay_config() -> RelayConfig {
+    RelayConfig::new("EVENTS")
+        .subject_prefix("faults")
+        .retry(RetryPolicy {
+            max_attempts: 3,
+            initial_backoff: Duration::from_millis(10),
+            max_backoff: Duration::from_millis(20),
+        })
+}
+
+/// A producing outbox on `db` whose only destination is a checked relay with `config`.
+async fn producer(
+    db: &Db,
+    client: async_nats::Client,
+    config: RelayConfig,
+) -> (Arc<NatsRelay>, Outbox) {
+    let relay = NatsRelay::new(client, config);
+    let outbox = Outbox::builder(db.open().await)
+        .dispatcher(Dispatcher::builder_empty().event::<Shipped>())
+        .destination(relay.clone())
+        .config(OutboxConfig::default().poll_interval(Duration::from_millis(20)))
+        .build()
+        .unwrap();
+    relay.check(&outbox).await.unwrap();
+    (relay, outbox)
+}
+
 async fn events_in(store: &Store) -> i64 {
     let mut tx = store.begin().await.unwrap();
     let n = tx
@@ -304,24 +333,7 @@ async fn a_deleted_stream_pauses_the_relay_dead_letters_nothing_and_it_resumes_w
         let client = server.client().await;
         let js = jetstream::new(client.clone());
         stream_spec("EVENTS").create(&js).await.unwrap();
-        let relay = NatsRelay::new(
-            client.clone(),
-            RelayConfig::new("EVENTS")
-                .subject_prefix("faults")
-                // Would dead-letter within a second if a missing stream used attempts.
-                .retry(RetryPolicy {
-                    max_attempts: 3,
-                    initial_backoff: Duration::from_millis(10),
-                    max_backoff: Duration::from_millis(20),
-                }),
-        );
-        let outbox = Outbox::builder(db.open().await)
-            .dispatcher(Dispatcher::builder_empty().event::<Shipped>())
-            .destination(relay.clone())
-            .config(OutboxConfig::default().poll_interval(Duration::from_millis(20)))
-            .build()
-            .unwrap();
-        relay.check(&outbox).await.unwrap();
+        let (relay, outbox) = producer(&db, client.clone(), relay_config()).await;
         let commit = |events: Vec<Envelope<Shipped>>| {
             let outbox = outbox.clone();
             async move {
@@ -486,25 +498,14 @@ async fn a_hung_broker_pauses_the_relay_without_using_attempts_and_it_resumes_wh
         let client = server.client().await;
         let js = jetstream::new(client.clone());
         stream_spec("EVENTS").create(&js).await.unwrap();
-        let relay = NatsRelay::new(
+        let (relay, outbox) = producer(
+            &db,
             client.clone(),
-            RelayConfig::new("EVENTS")
+            relay_config()
                 .name(format!("nats:hung-{label}-{}", server.port))
-                .subject_prefix("faults")
-                .publish_timeout(Duration::from_secs(1))
-                .retry(RetryPolicy {
-                    max_attempts: 3,
-                    initial_backoff: Duration::from_millis(10),
-                    max_backoff: Duration::from_millis(20),
-                }),
-        );
-        let outbox = Outbox::builder(db.open().await)
-            .dispatcher(Dispatcher::builder_empty().event::<Shipped>())
-            .destination(relay.clone())
-            .config(OutboxConfig::default().poll_interval(Duration::from_millis(20)))
-            .build()
-            .unwrap();
-        relay.check(&outbox).await.unwrap();
+                .publish_timeout(Duration::from_secs(1)),
+        )
+        .await;
         let workers = outbox.spawn_workers(1);
 
         // A 90 s hang in the field; 8 s here, beyond several publish time-outs.
