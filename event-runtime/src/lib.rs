@@ -191,6 +191,7 @@
 #[cfg_attr(docsrs, doc(cfg(feature = "cli")))]
 pub mod cli;
 mod dispatch;
+pub mod inbox;
 mod outbox;
 pub mod schema;
 pub mod store;
@@ -214,7 +215,7 @@ pub use outbox::{
     PurgeReport, Routing, SystemClock, Workers, MAX_ERROR_BYTES, MIN_LEASE,
 };
 pub use store::{
-    AuditEntry, Backlog, BrokerMetadata, ConnectOptions, DatabaseError, DeadLetter,
+    AuditEntry, Backlog, ConnectOptions, DatabaseError, DeadLetter,
     DeadLetterFilter, DeadLetterReason, DestinationBacklog, DestinationReport, FromSql,
     HandlerStats, InboxIdentity, OutboxStats, PausedDestination, Query, Resolution, Row, SqlValue,
     Store, StoreError, ToSql, Tx,

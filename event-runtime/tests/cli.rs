@@ -1506,7 +1506,7 @@ async fn an_inbox_conflict_shows_its_broker_metadata_and_what_conflicts() {
     let mut tx = db.store.begin().await.unwrap();
     tx.execute(
         "INSERT INTO event_dead_letters (event_id, handler, name, version, envelope, attempts,
-            first_failed_at, last_failed_at, reason, error_chain, dead_at, kind, broker)
+            first_failed_at, last_failed_at, reason, error_chain, dead_at, kind, origin)
          VALUES ($1, 'billing-inbox', 'parcel.sent', 1, $2, 2, 1000, 1000, 'conflict', $3, 1000,
             'inbox', $4)",
         &[

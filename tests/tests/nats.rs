@@ -391,12 +391,12 @@ async fn poison_messages_go_to_the_dead_letter_queue_with_broker_metadata_and_la
     let reasons: Vec<&str> = dead.iter().map(|d| d.reason.as_str()).collect();
     assert_eq!(reasons, ["undecodable", "unknown_event"]);
     for (d, seq) in dead.iter().zip(1..) {
-        let b = d.broker.as_ref().expect("broker metadata");
+        let b = d.origin.as_ref().expect("broker metadata");
         assert_eq!(
-            (b.stream.as_str(), b.stream_sequence, b.delivery_count),
+            (b.source.as_str(), b.position, b.delivery_count),
             (stream.as_str(), seq, 1)
         );
-        assert_eq!(b.subject, format!("{prefix}.x"));
+        assert_eq!(b.attributes["subject"], format!("{prefix}.x"));
         assert_eq!(d.handler, "nats-inbox:billing");
     }
     assert_eq!(dead[0].envelope, "not json at all");
@@ -503,13 +503,13 @@ async fn a_conflicting_message_is_dead_lettered_and_the_rest_of_its_batch_flows(
     assert_eq!(d.handler, "nats-inbox:billing");
     assert_eq!(d.event_id.to_string(), conflicting_id);
     assert_eq!(d.event_name, "natstest.shipped");
-    let b = d.broker.as_ref().expect("broker metadata");
+    let b = d.origin.as_ref().expect("broker metadata");
     assert_eq!(
-        (b.stream.as_str(), b.stream_sequence, b.delivery_count),
+        (b.source.as_str(), b.position, b.delivery_count),
         (stream.as_str(), 2, 1),
         "{label}"
     );
-    assert_eq!(b.subject, subject);
+    assert_eq!(b.attributes["subject"], subject);
     assert!(
         d.error_chain[0].contains("natstest@urn:test:orders K already has sequence 1"),
         "{label}: {:?}",
@@ -543,7 +543,7 @@ async fn a_conflicting_message_is_dead_lettered_and_the_rest_of_its_batch_flows(
         .unwrap();
     assert_eq!(dead.len(), 2, "{label}");
     assert_eq!(dead[1].reason, "conflict");
-    assert_eq!(dead[1].broker.as_ref().unwrap().stream_sequence, 5);
+    assert_eq!(dead[1].origin.as_ref().unwrap().position, 5);
     assert_eq!(inbox.ack_pending().await.unwrap(), 0, "{label}");
     // Still conflicting: a replay changes nothing.
     let err = inbox

@@ -44,11 +44,47 @@ async fn ledger(envelope: &Envelope<Deposited>, tx: &mut Tx) -> Result<(), Handl
 #[event_handler(name = "upgrade.notify")]
 fn notify(_: &Deposited) {}
 
+/// Unknown to the code that wrote `tests/upgrade/inbox-8a9a71f`: its message is an
+/// `unknown_event` dead letter there, replayed here.
+#[derive(Debug, Clone, Serialize, Deserialize, DomainEvent)]
+#[event(name = "upgrade.withdrawn", version = 1)]
+struct Withdrawn {
+    #[event(aggregate_id)]
+    account: String,
+    amount: i64,
+    refuse: bool,
+}
+
+#[event_handler(name = "upgrade.withdrawals")]
+async fn withdrawals(envelope: &Envelope<Withdrawn>, tx: &mut Tx) -> Result<(), HandlerError> {
+    if envelope.event().refuse {
+        return Err(HandlerError::permanent_msg("account frozen"));
+    }
+    tx.execute(
+        "INSERT INTO upgrade_ledger (event_id, account, seq, amount) VALUES ($1, $2, $3, $4)",
+        &[
+            SqlValue::Text(&envelope.id().to_string()),
+            SqlValue::Text(&envelope.event().account),
+            SqlValue::Int(envelope.sequence() as i64),
+            SqlValue::Int(-envelope.event().amount),
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
 const SQLITE: &str = include_str!("../upgrade/v0.1.0/sqlite.sql");
 const POSTGRES: &str = include_str!("../upgrade/v0.1.0/postgres.sql");
+const INBOX_SQLITE: &str = include_str!("../upgrade/inbox-8a9a71f/sqlite.sql");
+const INBOX_POSTGRES: &str = include_str!("../upgrade/inbox-8a9a71f/postgres.sql");
 
-/// The fixture loaded into a fresh database; returns how to open it.
+/// The 0.1.0 fixture loaded into a fresh database.
 async fn load(db: &common::Db) {
+    load_fixture(db, SQLITE, POSTGRES).await
+}
+
+/// A fixture (its SQLite and PostgreSQL dumps) loaded into a fresh database.
+async fn load_fixture(db: &common::Db, sqlite: &str, postgres: &str) {
     match db {
         common::Db::Sqlite(url) => {
             let path = url.trim_start_matches("sqlite://");
@@ -57,7 +93,7 @@ async fn load(db: &common::Db) {
                 <sqlx::SqliteConnection as sqlx::Connection>::connect(&format!("{url}?mode=rwc"))
                     .await
                     .unwrap();
-            sqlx::raw_sql(sqlx::AssertSqlSafe(SQLITE))
+            sqlx::raw_sql(sqlx::AssertSqlSafe(sqlite.to_owned()))
                 .execute(&mut conn)
                 .await
                 .unwrap();
@@ -66,7 +102,7 @@ async fn load(db: &common::Db) {
             let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(url)
                 .await
                 .unwrap();
-            let sql = POSTGRES.replace("__SCHEMA__", &format!("\"{schema}\""));
+            let sql = postgres.replace("__SCHEMA__", &format!("\"{schema}\""));
             sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
                 "DROP SCHEMA IF EXISTS \"{schema}\" CASCADE; {sql}"
             )))
@@ -171,12 +207,12 @@ async fn an_outbox_written_by_release_0_1_0_is_migrated_and_delivers_everything(
         assert_eq!(dead[0].reason, "permanent");
         assert_eq!(dead[0].error_chain, ["account frozen"]);
         // Schema v3 (inbox dead letters): a delivery's dead letter of 0.1.0 is of kind
-        // `delivery`, with no broker metadata.
-        assert_eq!(dead[0].broker, None, "{label}");
+        // `delivery`, with no broker metadata (schema v5: no origin).
+        assert_eq!(dead[0].origin, None, "{label}");
         assert_eq!(
             count(
                 &store,
-                "SELECT COUNT(*) FROM event_dead_letters WHERE kind = 'delivery' AND broker IS NULL"
+                "SELECT COUNT(*) FROM event_dead_letters WHERE kind = 'delivery' AND origin IS NULL"
             )
             .await,
             1,
@@ -249,5 +285,107 @@ async fn a_worker_of_release_0_1_0_fails_its_claims_instead_of_taking_deliveries
             .unwrap_err();
         let message = event_core::ErrorChain(&err).to_string();
         assert!(message.contains("lease_until"), "{}: {message}", db.label());
+    }
+}
+
+/// A consuming service's outbox written by the release before the transport-neutral inbox
+/// core (`tests/upgrade/inbox-8a9a71f`: events its NATS inbox received, three inbox dead
+/// letters with NATS broker metadata) keeps reading: the dead letters read with their origin,
+/// the received events are delivered, and a dead letter is replayed through the core with no
+/// broker at all.
+#[tokio::test]
+async fn an_inbox_written_before_the_core_keeps_reading_and_replays_without_a_broker() {
+    for db in databases("upgrade_inbox").await {
+        load_fixture(&db, INBOX_SQLITE, INBOX_POSTGRES).await;
+        let store = db.open().await; // migrates
+        let label = db.label();
+        let mut tx = store.begin().await.unwrap();
+        tx.execute(
+            "CREATE TABLE upgrade_ledger (event_id TEXT NOT NULL, account TEXT NOT NULL, seq BIGINT NOT NULL, amount BIGINT NOT NULL)",
+            &[],
+        )
+        .await
+        .unwrap();
+        tx.commit().await.unwrap();
+
+        // The dead letters read, their NATS broker metadata as an origin.
+        let dead = store.dead_letters(&Default::default()).await.unwrap();
+        let reasons: Vec<&str> = dead.iter().map(|d| d.reason.as_str()).collect();
+        assert_eq!(
+            reasons,
+            ["unknown_event", "undecodable", "conflict"],
+            "{label}"
+        );
+        for (d, position) in dead.iter().zip(3..) {
+            assert_eq!(d.handler, "nats-inbox:billing", "{label}");
+            let o = d.origin.as_ref().expect("an origin");
+            assert_eq!(
+                (o.transport.as_str(), o.source.as_str(), o.position, o.delivery_count),
+                ("nats", "UPGRADE_INBOX", position, 1),
+                "{label}"
+            );
+            let subject = if position == 3 {
+                "upgrade.withdrawn"
+            } else {
+                "upgrade.deposited"
+            };
+            assert_eq!(o.attributes["subject"], subject, "{label}");
+        }
+        // `events dlq list --json` names it `origin` (it was `broker`).
+        let json = serde_json::to_value(&dead[0]).unwrap();
+        assert_eq!(json["origin"]["source"], "UPGRADE_INBOX", "{label}");
+        assert_eq!(json["origin"]["position"], 3, "{label}");
+        // The inbox's identity reads as written.
+        let identity = store
+            .inbox_identity("nats-inbox:billing")
+            .await
+            .unwrap()
+            .expect("the recorded identity");
+        assert_eq!(identity.stream, "UPGRADE_INBOX", "{label}");
+        // Events received before origins were stored have none.
+        let first = uuid::Uuid::from_u64_pair(2, 1);
+        assert_eq!(store.received_origin(first).await.unwrap(), None, "{label}");
+
+        // The received events are delivered.
+        let outbox = Outbox::builder(store.clone())
+            .dispatcher(
+                Dispatcher::builder_empty()
+                    .handler::<ledger>()
+                    .handler::<notify>()
+                    .handler::<withdrawals>(),
+            )
+            .build()
+            .unwrap();
+        outbox.drain(Duration::from_secs(30)).await.unwrap();
+        assert_eq!(ledger_of(&store, "e").await, [1, 2], "{label}");
+
+        // The unknown event's dead letter is replayed through the core, no broker needed: its
+        // event is committed with its origin and delivered.
+        let r = outbox
+            .replay_inbox_dead_letters(&[dead[0].id], "test", "upgrade.withdrawn deployed")
+            .await
+            .unwrap();
+        assert_eq!((r.appended, r.duplicates), (1, 0), "{label}");
+        outbox.drain(Duration::from_secs(30)).await.unwrap();
+        assert_eq!(ledger_of(&store, "e").await, [1, 2, 3], "{label}");
+        let third = uuid::Uuid::from_u64_pair(2, 3);
+        let o = store.received_origin(third).await.unwrap().expect("origin");
+        assert_eq!((o.source.as_str(), o.position), ("UPGRADE_INBOX", 3), "{label}");
+        let audit = store.audit_log(10).await.unwrap();
+        assert_eq!(audit[0].action, "replay", "{label}");
+        assert_eq!(audit[0].dead_letter_ids, [dead[0].id], "{label}");
+
+        // The body that never was an envelope still is not: nothing changes.
+        let e = outbox
+            .replay_inbox_dead_letters(&[dead[1].id], "test", "again")
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(e, event_runtime::OutboxError::NotReplayable { dead_letter, .. } if dead_letter == dead[1].id),
+            "{label}: {e}"
+        );
+        let open = store.dead_letters(&Default::default()).await.unwrap();
+        assert_eq!(open.len(), 2, "{label}");
+        assert_eq!(store.audit_log(10).await.unwrap().len(), 1, "{label}");
     }
 }

@@ -217,15 +217,23 @@ pub(super) async fn show(
     field("event", &format!("{} v{}", d.event_name, d.event_version));
     field("event id", &d.event_id.to_string());
     field("handler", &d.handler);
-    if let Some(b) = &d.broker {
+    if let Some(o) = &d.origin {
         // An inbox dead letter: a received message, with where it came from.
-        field("received from", &format!("stream {}", b.stream));
-        field("stream seq", &b.stream_sequence.to_string());
-        field("subject", &b.subject);
+        // NATS in its own words (a stream and its sequences); any other transport in the
+        // origin's.
+        let (source, position) = match o.transport.as_str() {
+            "nats" => (format!("stream {}", o.source), "stream seq"),
+            t => (format!("{t} {}", o.source), "position"),
+        };
+        field("received from", &source);
+        field(position, &o.position.to_string());
+        for (k, v) in &o.attributes {
+            field(k, v);
+        }
         field(
             "delivered",
             &count(
-                b.delivery_count,
+                o.delivery_count,
                 "time by the broker",
                 "times by the broker",
             ),

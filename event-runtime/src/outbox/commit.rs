@@ -21,6 +21,8 @@ pub struct CommitReport {
     pub duplicates: usize,
     /// The in-transaction handlers' outcomes, one report per appended event.
     pub in_transaction: Vec<DispatchReport>,
+    /// The ids of the events appended.
+    pub(crate) appended_ids: std::collections::HashSet<uuid::Uuid>,
 }
 
 /// The events of one command and the store transaction that carries them and the
@@ -46,6 +48,8 @@ pub struct OutboxUnitOfWork<'o> {
 pub(crate) struct Received {
     pub(crate) json: String,
     pub(crate) aggregate_type: String,
+    /// The origin's JSON.
+    pub(crate) origin: Option<String>,
 }
 
 impl<'o> OutboxUnitOfWork<'o> {
@@ -82,18 +86,19 @@ impl<'o> OutboxUnitOfWork<'o> {
     /// Adds an event received from another service (decoded from `json`, which is stored
     /// as it is): its aggregate is keyed by `aggregate_type` (which names the producer, so
     /// that it never collides with this service's own aggregates), and it gets deliveries to
-    /// local handlers only, never to a transport's relay.
-    #[cfg_attr(not(feature = "nats"), allow(dead_code))]
+    /// local handlers only, never to a transport's relay. `origin` is stored with it.
     pub(crate) fn add_received(
         &mut self,
         envelope: Box<dyn AnyEnvelope>,
         json: String,
         aggregate_type: String,
+        origin: Option<&crate::inbox::Origin>,
     ) {
         self.pending.push(envelope);
         self.received.push(Some(Received {
             json,
             aggregate_type,
+            origin: origin.and_then(|o| serde_json::to_string(o).ok()),
         }));
     }
 
@@ -168,6 +173,7 @@ impl<'o> OutboxUnitOfWork<'o> {
                     occurred_at: meta.occurred_at.timestamp_millis(),
                     envelope: r.json.clone(),
                     routes,
+                    origin: r.origin.clone(),
                 });
                 continue;
             }
@@ -197,6 +203,7 @@ impl<'o> OutboxUnitOfWork<'o> {
                     .get(&envelope.event_type_id())
                     .cloned()
                     .unwrap_or_default(),
+                origin: None,
             });
         }
         // An event id added twice to this unit of work is one event: the first is appended,
@@ -245,6 +252,7 @@ impl<'o> OutboxUnitOfWork<'o> {
             report.in_transaction.push(dispatched);
         }
         report.appended = new_rows.len();
+        report.appended_ids = new_ids;
         tx.backend().insert_deliveries(&new_rows, now).await?;
         let tx = fault!(outbox, BeforeCommit, tx);
         tx.commit().await?;

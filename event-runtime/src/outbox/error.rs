@@ -96,6 +96,17 @@ pub enum OutboxError {
         /// The event names it does not take, comma-separated.
         events: String,
     },
+    /// [`Outbox::replay_inbox_dead_letters`](crate::Outbox::replay_inbox_dead_letters): an
+    /// inbox dead letter still does not decode (its event type or version is still unknown to
+    /// this service's registry, or its payload does not fit it). Nothing was replayed.
+    #[error("dead letter {dead_letter} still does not decode; nothing was replayed")]
+    NotReplayable {
+        /// The dead letter's id.
+        dead_letter: i64,
+        /// Why.
+        #[source]
+        source: event_core::DecodeError,
+    },
     /// Some outcomes of deliveries could not be recorded (the database kept refusing them):
     /// those deliveries run again once the worker's lease lapses (at-least-once).
     #[error("some delivery outcomes could not be recorded; those deliveries run again once the lease lapses")]

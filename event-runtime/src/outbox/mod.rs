@@ -30,9 +30,7 @@ mod engine;
 mod error;
 mod gauges;
 mod lease;
-mod pause;
-#[cfg(feature = "nats")]
-pub(crate) use pause::human;
+pub(crate) mod pause;
 mod retention;
 pub(crate) mod retry;
 mod settle;

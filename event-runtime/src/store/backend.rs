@@ -35,9 +35,11 @@ use uuid::Uuid;
 
 use super::query::Row;
 use super::types::{
-    AuditEntry, Backlog, DeadLetter, DeadLetterCount, DeadLetterFilter, DestinationBacklog,
-    OutboxStats, PausedDestination, Resolution,
+    AuditEntry, Backlog, DeadLetter, DeadLetterCount, DeadLetterFilter, DeadLetterReason,
+    DestinationBacklog, OutboxStats, PausedDestination, Resolution,
 };
+use super::InboxIdentity;
+use crate::inbox::Origin;
 use super::value::Datum;
 use super::{StoreError, Tx};
 
@@ -62,6 +64,59 @@ pub struct NewEvent {
     pub envelope: String,
     /// The destinations that get a delivery row.
     pub routes: Vec<Route>,
+    /// Where an event a transport's inbox received came from: the JSON of an
+    /// [`Origin`](crate::inbox::Origin), stored in the `origin` column; `None` for this
+    /// service's own events.
+    pub origin: Option<String>,
+}
+
+/// A message a transport's inbox cannot accept, for the dead letter queue (kind `inbox`):
+/// written with the batch it came in ([`BackendTransaction::insert_inbox_dead_letter`]).
+#[derive(Debug, Clone)]
+pub struct InboxDeadLetter {
+    /// The inbox (the dead letter's `handler`), e.g. `nats-inbox:billing`.
+    pub inbox: String,
+    /// The event id: the envelope's, or one that names the message the same way on every
+    /// redelivery.
+    pub event_id: Uuid,
+    /// The event name, empty when the body did not decode that far.
+    pub name: String,
+    /// The event version, 0 when the body did not decode that far.
+    pub version: u32,
+    /// The body as received (lossily UTF-8, U+0000 replaced: every database stores it).
+    pub body: String,
+    /// Why.
+    pub reason: DeadLetterReason,
+    /// The error and its sources, outermost first.
+    pub error_chain: Vec<String>,
+    /// Where it came from; its delivery count is the dead letter's `attempts`.
+    pub origin: Origin,
+}
+
+/// An inbox dead letter that a replay took out of the queue
+/// ([`BackendTransaction::take_inbox_dead_letters`]): its body, to be committed again.
+#[derive(Debug, Clone)]
+pub struct TakenDeadLetter {
+    /// The dead letter's id.
+    pub id: i64,
+    /// The body as received.
+    pub body: String,
+    /// Where it came from (`None` for a row whose origin does not read).
+    pub origin: Option<Origin>,
+}
+
+/// An event's place in its aggregate's stream, as
+/// [`BackendTransaction::held_places`] looks it up.
+#[derive(Debug, Clone, Copy)]
+pub struct PlaceQuery<'a> {
+    /// The aggregate type, as stored (a received event's key).
+    pub aggregate_type: &'a str,
+    /// The aggregate id.
+    pub aggregate_id: &'a str,
+    /// The sequence, above 0.
+    pub sequence: i64,
+    /// The event id that would take it.
+    pub event_id: Uuid,
 }
 
 /// A destination of an event, as written to its delivery row.
@@ -483,6 +538,69 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// Every pending delivery as (destination, event id, envelope).
     async fn pending_envelopes(&self) -> Result<Vec<(String, String, String)>, StoreError>;
 
+    /// The names of the events `destination` left undelivered (those of its pending
+    /// deliveries and open dead letters), sorted, each once.
+    async fn undelivered_event_names(&self, destination: &str)
+        -> Result<Vec<String>, StoreError>;
+
+    /// `None` when `destination` has a delivery row; otherwise how many events named in
+    /// `names` were recorded at or after `since` (ms), counted up to `cap`.
+    async fn unrouted_events(
+        &self,
+        destination: &str,
+        names: &[&str],
+        since: i64,
+        cap: u64,
+    ) -> Result<Option<u64>, StoreError>;
+
+    /// Pauses `destination` for the operator (`paused_by` `operator`, no expiry; a pause of
+    /// the operator's already there keeps its start and takes `reason`) and appends an audit
+    /// row (action `pause`, `actor`, reason `DESTINATION: REASON`), in one transaction.
+    async fn pause_audited(
+        &self,
+        destination: &str,
+        actor: &str,
+        reason: &str,
+        now: i64,
+    ) -> Result<AuditEntry, StoreError>;
+
+    /// Lifts the operator's pause of `destination` and appends an audit row (action
+    /// `resume`), in one transaction; `None`, writing nothing, when the operator had not
+    /// paused it.
+    async fn resume_audited(
+        &self,
+        destination: &str,
+        actor: &str,
+        reason: &str,
+        now: i64,
+    ) -> Result<Option<AuditEntry>, StoreError>;
+
+    /// The identity recorded for the transport inbox `inbox`.
+    async fn inbox_identity(&self, inbox: &str) -> Result<Option<InboxIdentity>, StoreError>;
+
+    /// Records `identity` (stamped `now`) when its inbox has none, or has one without a
+    /// consumer on the same stream created at the same time; returns what is recorded after.
+    async fn record_inbox_identity(
+        &self,
+        identity: &InboxIdentity,
+        now: i64,
+    ) -> Result<InboxIdentity, StoreError>;
+
+    /// Replaces the identity of `identity.inbox` and appends an audit row (action
+    /// `inbox-adopt`, `actor`, `reason` as given), in one transaction.
+    async fn adopt_inbox_identity(
+        &self,
+        identity: &InboxIdentity,
+        actor: &str,
+        reason: &str,
+        now: i64,
+    ) -> Result<AuditEntry, StoreError>;
+
+    /// Where the event `event_id` came from, when a transport's inbox received it (`None`
+    /// for this service's own events, events received before origins were stored, and ids
+    /// not in the outbox).
+    async fn received_origin(&self, event_id: Uuid) -> Result<Option<Origin>, StoreError>;
+
     /// Whether `error` (anywhere in its chain) is a deadlock or serialization failure of
     /// this database, which asks for the whole transaction to be retried.
     fn is_conflict(&self, error: &(dyn std::error::Error + 'static)) -> bool;
@@ -552,6 +670,30 @@ pub trait BackendTransaction: Send + fmt::Debug {
         now: i64,
         settlement: &Settlement<'_>,
     ) -> Result<SettleResult, StoreError>;
+
+    /// Writes `letter` to the dead letter queue unless the inbox has a dead letter of that
+    /// event id already (a redelivery of a message dead-lettered before): whether it wrote.
+    async fn insert_inbox_dead_letter(
+        &mut self,
+        letter: &InboxDeadLetter,
+        now: i64,
+    ) -> Result<bool, StoreError>;
+
+    /// Marks the open inbox dead letters among `ids` (of the inbox `inbox` only, when given)
+    /// replayed at `now`, appends one audit row (action `replay`, `actor`, `reason`, the ids
+    /// marked), and returns it with their bodies, in the order of `ids`. Ids that are not
+    /// open inbox dead letters are skipped.
+    async fn take_inbox_dead_letters(
+        &mut self,
+        ids: &[i64],
+        inbox: Option<&str>,
+        actor: &str,
+        reason: &str,
+        now: i64,
+    ) -> Result<(AuditEntry, Vec<TakenDeadLetter>), StoreError>;
+
+    /// The indexes of the `places` the outbox holds under another event id.
+    async fn held_places(&mut self, places: &[PlaceQuery<'_>]) -> Result<Vec<usize>, StoreError>;
 
     /// Extends the leases `tokens` (this process's live workers) to `expires_at` inside this
     /// transaction, where the database has a single writer (SQLite): while this transaction

@@ -7,12 +7,8 @@ use std::collections::{HashMap, HashSet};
 
 use uuid::Uuid;
 
-use super::sql::exec::placeholders;
-use super::value::Datum;
+use super::backend::PlaceQuery;
 use super::{StoreError, Tx};
-
-/// Places looked up per statement (5 parameters each).
-const CHUNK: usize = 200;
 
 /// An event's place in its aggregate's stream, as [`Tx::conflicting`] checks it.
 #[derive(Debug, Clone, Copy)]
@@ -56,33 +52,22 @@ impl Tx {
             .enumerate()
             .filter_map(|(i, p)| p.checked().map(|s| (i, s)))
             .collect();
-        let mut taken = HashSet::new();
-        for chunk in asked.chunks(CHUNK) {
-            let mut args = Vec::with_capacity(chunk.len() * 5);
-            for &(i, s) in chunk {
-                let p = &places[i];
-                args.extend([
-                    Datum::Int(i as i64),
-                    Datum::Text(p.aggregate_type.to_owned()),
-                    Datum::Text(p.aggregate_id.to_owned()),
-                    Datum::Int(s),
-                    Datum::Text(p.event_id.to_string()),
-                ]);
-            }
-            // `o.sequence > 0` repeats the condition of the unique index on (aggregate type,
-            // aggregate id, sequence), so that SQLite's planner uses that partial index.
-            let sql = format!(
-                "SELECT k.column1 AS i FROM (VALUES {}) AS k \
-                 WHERE EXISTS (SELECT 1 FROM event_outbox o \
-                     WHERE o.aggregate_type = k.column2 AND o.aggregate_id = k.column3 \
-                       AND o.sequence = k.column4 AND o.sequence > 0 \
-                       AND o.event_id <> k.column5)",
-                placeholders(chunk.len(), 5, 1)
-            );
-            for row in self.backend().fetch(&sql, &args, false).await? {
-                taken.insert(row.get::<i64>("i")? as usize);
-            }
-        }
+        let query: Vec<PlaceQuery<'_>> = asked
+            .iter()
+            .map(|&(i, sequence)| PlaceQuery {
+                aggregate_type: places[i].aggregate_type,
+                aggregate_id: places[i].aggregate_id,
+                sequence,
+                event_id: places[i].event_id,
+            })
+            .collect();
+        let taken: HashSet<usize> = self
+            .backend()
+            .held_places(&query)
+            .await?
+            .into_iter()
+            .filter_map(|k| asked.get(k).map(|&(i, _)| i))
+            .collect();
         let mut claimed: HashMap<(&str, &str, i64), Uuid> = HashMap::new();
         let mut conflicting = Vec::new();
         for (i, s) in asked {

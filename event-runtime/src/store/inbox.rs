@@ -1,12 +1,12 @@
 //! What each transport inbox consumes, as the broker identifies it (`event_inbox_identity`):
 //! recorded on an inbox's first start, compared on every later one, replaced only by an
-//! operator's audited adopt. Talks to no broker: the transport reads the broker's side.
+//! operator's audited adopt. Talks to no broker: the transport reads the broker's side; the
+//! SQL is the backend's.
 
 use chrono::{DateTime, Utc};
 
-use super::operator::audit;
 use super::types::AuditEntry;
-use super::{from_ms, now_ms, Store, StoreError};
+use super::{now_ms, Store, StoreError};
 
 /// The broker-side identity an inbox consumes from: a stream (or queue) and a durable
 /// consumer, each named and stamped with the time the broker created it. A broker that lost
@@ -58,16 +58,6 @@ impl InboxIdentity {
     }
 }
 
-fn from_row(row: &super::Row) -> Result<InboxIdentity, StoreError> {
-    Ok(InboxIdentity {
-        inbox: row.get("inbox")?,
-        stream: row.get("stream")?,
-        stream_created: row.get("stream_created")?,
-        consumer_created: row.get("consumer_created")?,
-        recorded_at: from_ms(row.get("recorded_at")?),
-    })
-}
-
 impl Store {
     /// The identity recorded for `inbox`, if any.
     ///
@@ -77,15 +67,7 @@ impl Store {
     /// # Cancel safety
     /// Cancel safe: reads only.
     pub async fn inbox_identity(&self, inbox: &str) -> Result<Option<InboxIdentity>, StoreError> {
-        const SQL: &str = "SELECT inbox, stream, stream_created, consumer_created, recorded_at \
-             FROM event_inbox_identity WHERE inbox = $1";
-        self.query(SQL)
-            .bind(inbox)
-            .fetch_optional()
-            .await?
-            .as_ref()
-            .map(from_row)
-            .transpose()
+        self.backend.inbox_identity(inbox).await
     }
 
     /// Records `identity` when its inbox has none yet, or has one without a consumer on the
@@ -102,25 +84,7 @@ impl Store {
         &self,
         identity: &InboxIdentity,
     ) -> Result<InboxIdentity, StoreError> {
-        const SQL: &str = "INSERT INTO event_inbox_identity \
-             (inbox, stream, stream_created, consumer_created, recorded_at) \
-             VALUES ($1, $2, $3, $4, $5) \
-             ON CONFLICT (inbox) DO UPDATE SET consumer_created = excluded.consumer_created, \
-                 recorded_at = excluded.recorded_at \
-             WHERE event_inbox_identity.consumer_created IS NULL \
-               AND event_inbox_identity.stream = excluded.stream \
-               AND event_inbox_identity.stream_created = excluded.stream_created";
-        self.query(SQL)
-            .bind(identity.inbox.as_str())
-            .bind(identity.stream.as_str())
-            .bind(identity.stream_created.as_str())
-            .bind(identity.consumer_created.as_deref())
-            .bind(now_ms())
-            .execute()
-            .await?;
-        self.inbox_identity(&identity.inbox)
-            .await?
-            .ok_or_else(|| StoreError::Corrupt("the inbox identity just written is gone".into()))
+        self.backend.record_inbox_identity(identity, now_ms()).await
     }
 
     /// Replaces the identity recorded for `identity.inbox` — an operator accepting a stream or
@@ -139,37 +103,33 @@ impl Store {
         actor: &str,
         reason: &str,
     ) -> Result<AuditEntry, StoreError> {
-        const SQL: &str = "INSERT INTO event_inbox_identity \
-             (inbox, stream, stream_created, consumer_created, recorded_at) \
-             VALUES ($1, $2, $3, $4, $5) \
-             ON CONFLICT (inbox) DO UPDATE SET stream = excluded.stream, \
-                 stream_created = excluded.stream_created, \
-                 consumer_created = excluded.consumer_created, recorded_at = excluded.recorded_at";
         let was = self.inbox_identity(&identity.inbox).await?;
-        let now = now_ms();
-        let mut tx = self.begin().await?;
-        tx.query(SQL)
-            .bind(identity.inbox.as_str())
-            .bind(identity.stream.as_str())
-            .bind(identity.stream_created.as_str())
-            .bind(identity.consumer_created.as_deref())
-            .bind(now)
-            .execute()
-            .await?;
         let was = was.map_or_else(|| "nothing recorded".to_owned(), |w| w.describe());
-        let entry = audit(
-            &mut tx,
-            "inbox-adopt",
-            actor,
-            &format!(
-                "{}: {reason} (was: {was}; now: {})",
-                identity.inbox,
-                identity.describe()
-            ),
-            now,
-        )
-        .await?;
-        tx.commit().await?;
-        Ok(entry)
+        let reason = format!(
+            "{}: {reason} (was: {was}; now: {})",
+            identity.inbox,
+            identity.describe()
+        );
+        self.backend
+            .adopt_inbox_identity(identity, actor, &reason, now_ms())
+            .await
+    }
+
+    /// Where the event `event_id` came from, when a transport's inbox received it (see
+    /// [`Outbox::receive`](crate::Outbox::receive)); `None` for this service's own events,
+    /// for events received before origins were stored (schema v5), and for an id the outbox
+    /// does not hold (any more: completed events are purged after the retention).
+    ///
+    /// # Errors
+    /// [`StoreError::Database`]; [`StoreError::Corrupt`] when the stored origin does not
+    /// read.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: reads only.
+    pub async fn received_origin(
+        &self,
+        event_id: uuid::Uuid,
+    ) -> Result<Option<crate::inbox::Origin>, StoreError> {
+        self.backend.received_origin(event_id).await
     }
 }

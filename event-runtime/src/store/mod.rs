@@ -17,8 +17,6 @@
 
 pub mod backend;
 mod error;
-// Used by the transports' inboxes and relays only.
-#[cfg(feature = "nats")]
 mod conflicts;
 mod inbox;
 mod operator;
@@ -34,7 +32,6 @@ pub(crate) mod sql;
 pub mod sqlite;
 mod tx;
 mod types;
-#[cfg(feature = "nats")]
 mod unrouted;
 mod value;
 
@@ -45,7 +42,7 @@ use chrono::{DateTime, Utc};
 use futures_util::future::BoxFuture;
 
 pub use backend::{Backend, BackendTransaction};
-#[cfg(feature = "nats")]
+pub(crate) use backend::InboxDeadLetter;
 pub(crate) use conflicts::Place;
 pub use error::{DatabaseError, StoreError};
 pub use inbox::InboxIdentity;
@@ -53,12 +50,11 @@ pub use query::{Query, Row};
 pub use resolve::RESOLVE_PAGE;
 pub use tx::{SqlValue, Tx};
 pub use types::{
-    AuditEntry, Backlog, BrokerMetadata, DeadLetter, DeadLetterCount, DeadLetterFilter,
+    AuditEntry, Backlog, DeadLetter, DeadLetterCount, DeadLetterFilter,
     DeadLetterReason, DestinationBacklog, DestinationReport, HandlerStats, OutboxStats,
     PausedDestination, Resolution,
 };
-#[cfg(feature = "nats")]
-pub(crate) use unrouted::UNROUTED_CAP;
+pub use unrouted::UNROUTED_CAP;
 pub use value::{timestamp_text, Datum, FromSql, SqlType, ToSql};
 
 #[cfg(not(any(feature = "sqlite", feature = "postgres")))]
@@ -191,12 +187,12 @@ fn backend_for(url: &str) -> Result<&'static BackendEntry, StoreError> {
 ///
 /// | table | one row per | key columns |
 /// |---|---|---|
-/// | `event_outbox` | accepted event | `event_id`, `name`, `version`, aggregate type / id / `sequence`, `envelope` (CloudEvents JSON, byte for byte) |
+/// | `event_outbox` | accepted event | `event_id`, `name`, `version`, aggregate type / id / `sequence`, `envelope` (CloudEvents JSON, byte for byte), `origin` (a received event's [`Origin`](crate::inbox::Origin), JSON) |
 /// | `event_deliveries` | (event, destination) | `(handler, event_id)` primary key — the durable idempotency key; `status` (`pending`, `completed`, `dead`, `purged`), `attempts`, `next_attempt_at`, `ready` (the head of its run), `lease_token` |
 /// | `event_leases` | delivery worker | `token`, `owner` (`host:pid`), `expires_at`: a delivery is leased while its token names a lease not expired |
 /// | `event_paused_destinations` | pause of a destination | `destination`, `paused_by`, `reason`, `expires_at` (runtime pauses) |
-/// | `event_dead_letters` | delivery that failed for good | original `envelope`, `handler`, `attempts`, first and last failure time, `reason`, `error_chain` (JSON array), `resolved_at` / `resolution` after a replay or purge |
-/// | `event_audit_log` | replay or purge | `action`, `actor`, `reason`, `at`, `dead_letter_ids` (JSON array), `count` |
+/// | `event_dead_letters` | delivery that failed for good, or message an inbox could not accept | original `envelope`, `handler` (the inbox's name for `kind` `inbox`), `attempts`, first and last failure time, `reason`, `error_chain` (JSON array), `resolved_at` / `resolution` after a replay or purge, `origin` (inbox dead letters) |
+/// | `event_audit_log` | operator action (replay, purge, pause, resume, handler purge / re-target, inbox adopt) | `action`, `actor`, `reason`, `at`, `dead_letter_ids` (JSON array), `count` |
 /// | `event_inbox_identity` | transport inbox | `inbox`, `stream`, `stream_created`, `consumer_created` (the broker's creation times: [`InboxIdentity`]) |
 ///
 /// Cheap to clone (an `Arc`).
@@ -468,10 +464,10 @@ impl Store {
     /// transaction with one audit row. Replay makes each delivery due now with attempts reset
     /// and the same event id; purge marks the delivery `purged` so that later events of the
     /// aggregate flow. Returns the ids acted on (ids not open are skipped). A message that a
-    /// transport's inbox could not accept ([`DeadLetter::broker`] is set) has no delivery to
-    /// replay and is skipped by `Replay`: its inbox replays it, committing it into the outbox
-    /// as if just received (`NatsInbox::replay_dead_letters`, feature `nats`); `Purge` purges
-    /// it.
+    /// transport's inbox could not accept ([`DeadLetter::origin`] is set) has no delivery to
+    /// replay and is skipped by `Replay`: replaying it needs the application's registry to
+    /// decode it, which [`Outbox::replay_inbox_dead_letters`](crate::Outbox::replay_inbox_dead_letters)
+    /// has (it commits it into the outbox as if just received); `Purge` purges it.
     ///
     /// # Errors
     /// [`StoreError::Database`]; nothing is changed then.

@@ -22,16 +22,7 @@ impl Store {
         &self,
         destination: &str,
     ) -> Result<Vec<String>, StoreError> {
-        let rows = self
-            .query(
-                "SELECT DISTINCT o.name AS name FROM event_deliveries d \
-                 JOIN event_outbox o ON o.event_id = d.event_id \
-                 WHERE d.handler = $1 AND d.status IN ('pending', 'dead') ORDER BY o.name",
-            )
-            .bind(destination)
-            .fetch_all()
-            .await?;
-        rows.iter().map(|r| r.get::<String>("name")).collect()
+        self.backend.undelivered_event_names(destination).await
     }
 
     /// Gives up on everything `destination` left: its pending deliveries are marked `purged`

@@ -263,21 +263,7 @@ pub struct DeadLetter {
     pub held_back: u64,
     /// For a message a transport's inbox could not accept (it never had a delivery): where it
     /// came from. `None` for a delivery's dead letter.
-    pub broker: Option<BrokerMetadata>,
-}
-
-/// Where a received message that went to the dead letter queue came from (the `broker`
-/// column of an inbox dead letter).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct BrokerMetadata {
-    /// The stream.
-    pub stream: String,
-    /// Its sequence in the stream.
-    pub stream_sequence: u64,
-    /// How many times it had been delivered.
-    pub delivery_count: u64,
-    /// The subject it was published on.
-    pub subject: String,
+    pub origin: Option<crate::inbox::Origin>,
 }
 
 /// What to do with dead letters.

@@ -8,7 +8,7 @@ use uuid::Uuid;
 
 use super::exec::{placeholders, Arg, SqlExec};
 use super::{db, execute, rows, Conn, Dialect};
-use crate::store::backend::NewEvent;
+use crate::store::backend::{NewEvent, PlaceQuery};
 use crate::store::StoreError;
 
 /// Statements write at most this many rows each (parameter limits: SQLite allows 32,766
@@ -57,7 +57,7 @@ pub(crate) async fn append_events<D: Dialect>(
     for (chunk, seqs) in events.chunks(CHUNK).zip(sequences.chunks(CHUNK)) {
         let ids: Vec<String> = chunk.iter().map(|e| e.event_id.to_string()).collect();
         let versions: Vec<i64> = chunk.iter().map(|e| i64::from(e.version)).collect();
-        let mut args = Vec::with_capacity(chunk.len() * 9);
+        let mut args = Vec::with_capacity(chunk.len() * 10);
         for (i, e) in chunk.iter().enumerate() {
             args.extend([
                 Arg::Str(&ids[i]),
@@ -69,11 +69,12 @@ pub(crate) async fn append_events<D: Dialect>(
                 Arg::I64(e.occurred_at),
                 Arg::I64(now),
                 Arg::Str(&e.envelope),
+                Arg::OptStr(e.origin.as_deref()),
             ]);
         }
         let sql = format!(
-            "INSERT INTO event_outbox (event_id, name, version, aggregate_type, aggregate_id, sequence, occurred_at, recorded_at, envelope) VALUES {} ON CONFLICT (event_id) DO NOTHING RETURNING event_id",
-            placeholders(chunk.len(), 9, 1)
+            "INSERT INTO event_outbox (event_id, name, version, aggregate_type, aggregate_id, sequence, occurred_at, recorded_at, envelope, origin) VALUES {} ON CONFLICT (event_id) DO NOTHING RETURNING event_id",
+            placeholders(chunk.len(), 10, 1)
         );
         match D::DB::rows(conn, &sql, &args).await {
             Ok(rows) => {
@@ -251,4 +252,40 @@ pub(crate) async fn promote<D: Dialect>(
         }
     }
     Ok(ready)
+}
+
+/// The indexes of the `places` the outbox holds under another event id: one statement per
+/// [`CHUNK`] places.
+pub(crate) async fn held_places<D: Dialect>(
+    conn: &mut Conn<D>,
+    places: &[PlaceQuery<'_>],
+) -> Result<Vec<usize>, StoreError> {
+    let mut held = Vec::new();
+    for (n, chunk) in places.chunks(CHUNK).enumerate() {
+        let ids: Vec<String> = chunk.iter().map(|p| p.event_id.to_string()).collect();
+        let mut args = Vec::with_capacity(chunk.len() * 5);
+        for (i, p) in chunk.iter().enumerate() {
+            args.extend([
+                Arg::I64((n * CHUNK + i) as i64),
+                Arg::Str(p.aggregate_type),
+                Arg::Str(p.aggregate_id),
+                Arg::I64(p.sequence),
+                Arg::Str(&ids[i]),
+            ]);
+        }
+        // `o.sequence > 0` repeats the condition of the unique index on (aggregate type,
+        // aggregate id, sequence), so that SQLite's planner uses that partial index.
+        let sql = format!(
+            "SELECT k.column1 AS i FROM (VALUES {}) AS k \
+             WHERE EXISTS (SELECT 1 FROM event_outbox o \
+                 WHERE o.aggregate_type = k.column2 AND o.aggregate_id = k.column3 \
+                   AND o.sequence = k.column4 AND o.sequence > 0 \
+                   AND o.event_id <> k.column5)",
+            placeholders(chunk.len(), 5, 1)
+        );
+        for r in rows::<D>(conn, &sql, &args).await? {
+            held.push(D::DB::get_i64(&r, "i").map_err(db)? as usize);
+        }
+    }
+    Ok(held)
 }

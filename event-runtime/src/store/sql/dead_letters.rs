@@ -6,6 +6,7 @@ use sqlx::{Database, Pool};
 use uuid::Uuid;
 
 use super::append::{promote, StreamKey};
+use super::audit::{self, NewAudit};
 use super::exec::{Arg, SqlExec};
 use super::{db, rows, Conn, Dialect};
 use crate::store::types::{AuditEntry, DeadLetter, DeadLetterFilter, Resolution};
@@ -37,11 +38,11 @@ fn dead_letter_from_row<D: Dialect>(
             .map(from_ms),
         resolution: D::DB::get_opt_string(r, "resolution").map_err(db)?,
         held_back: D::DB::get_i64(r, "held_back").map_err(db)?.max(0) as u64,
-        broker: D::DB::get_opt_string(r, "broker")
+        origin: D::DB::get_opt_string(r, "origin")
             .map_err(db)?
-            .map(|b| serde_json::from_str(&b))
+            .map(|o| serde_json::from_str(&o))
             .transpose()
-            .map_err(|e| StoreError::Corrupt(format!("dead letter broker: {e}")))?,
+            .map_err(|e| StoreError::Corrupt(format!("dead letter origin: {e}")))?,
     })
 }
 
@@ -58,7 +59,7 @@ pub(crate) async fn list<D: Dialect>(
                  AND f.aggregate_id = h.aggregate_id AND f.sequence > h.sequence
                 WHERE h.handler = event_dead_letters.handler AND h.event_id = event_dead_letters.event_id
                   AND h.status = 'dead' AND h.sequence > 0
-                  AND f.status IN ('pending', 'dead') AND f.status = 'pending'), 0) END AS held_back, broker
+                  AND f.status IN ('pending', 'dead') AND f.status = 'pending'), 0) END AS held_back, origin
         FROM event_dead_letters
         WHERE ($1 OR resolved_at IS NULL)
           AND ($2 IS NULL OR handler = $2)
@@ -177,28 +178,20 @@ pub(crate) async fn resolve<D: Dialect>(
     now: i64,
     progress: &mut (dyn FnMut(usize) + Send),
 ) -> Result<(AuditEntry, Vec<StreamKey>), StoreError> {
-    const AUDIT: &str =
-        "INSERT INTO event_audit_log (action, actor, reason, at, dead_letter_ids, count, finished_at)
-        VALUES ($1, $2, $3, $4, '[]', 0, $4) RETURNING id";
-    const COUNT: &str = "UPDATE event_audit_log SET dead_letter_ids = $1, count = $2 WHERE id = $3";
     let action_name = action_name(action);
-    let audit = rows::<D>(
+    let mut entry = audit::insert::<D>(
         conn,
-        AUDIT,
-        &[
-            Arg::Str(action_name),
-            Arg::Str(actor),
-            Arg::Str(reason),
-            Arg::I64(now),
-        ],
+        &NewAudit {
+            action: action_name,
+            actor,
+            reason,
+            now,
+            selection: None,
+            finished: true,
+        },
     )
     .await?;
-    let audit_id = audit
-        .first()
-        .map(|r| D::DB::get_i64(r, "id"))
-        .transpose()
-        .map_err(db)?
-        .ok_or_else(|| StoreError::Corrupt("the audit insert returned no id".into()))?;
+    let audit_id = entry.id;
     let mut done = Vec::new();
     let mut streams = Vec::new();
     for (i, &id) in ids.iter().enumerate() {
@@ -210,29 +203,9 @@ pub(crate) async fn resolve<D: Dialect>(
     }
     // A purge lets the next delivery of the run flow.
     let again = unblock::<D>(conn, streams).await?;
-    let ids_json = serde_json::to_string(&done).unwrap_or_else(|_| "[]".into());
-    super::execute::<D>(
-        conn,
-        COUNT,
-        &[
-            Arg::Str(&ids_json),
-            Arg::I64(done.len() as i64),
-            Arg::I64(audit_id),
-        ],
-    )
-    .await?;
+    audit::name_dead_letters::<D>(conn, &mut entry, done).await?;
     Ok((
-        AuditEntry {
-            id: audit_id,
-            action: action_name.to_owned(),
-            actor: actor.to_owned(),
-            reason: reason.to_owned(),
-            at: from_ms(now),
-            count: done.len() as u64,
-            dead_letter_ids: done,
-            selection: None,
-            finished_at: Some(from_ms(now)),
-        },
+        entry,
         again,
     ))
 }
@@ -257,29 +230,10 @@ pub(crate) async fn audit_log<D: Dialect>(
     )
     .await?
     .iter()
-    .map(audit_from_row::<D>)
+    .map(audit::from_row::<D>)
     .collect()
 }
 
-pub(crate) fn audit_from_row<D: Dialect>(
-    r: &<D::DB as Database>::Row,
-) -> Result<AuditEntry, StoreError> {
-    let ids = D::DB::get_string(r, "dead_letter_ids").map_err(db)?;
-    Ok(AuditEntry {
-        id: D::DB::get_i64(r, "id").map_err(db)?,
-        action: D::DB::get_string(r, "action").map_err(db)?,
-        actor: D::DB::get_string(r, "actor").map_err(db)?,
-        reason: D::DB::get_string(r, "reason").map_err(db)?,
-        at: from_ms(D::DB::get_i64(r, "at").map_err(db)?),
-        dead_letter_ids: serde_json::from_str(&ids)
-            .map_err(|e| StoreError::Corrupt(format!("audit dead_letter_ids: {e}")))?,
-        count: D::DB::get_i64(r, "count").map_err(db)?.max(0) as u64,
-        selection: D::DB::get_opt_string(r, "selection").map_err(db)?,
-        finished_at: D::DB::get_opt_i64(r, "finished_at")
-            .map_err(db)?
-            .map(from_ms),
-    })
-}
 
 pub(crate) async fn pending_envelopes<D: Dialect>(
     pool: &Pool<D::DB>,

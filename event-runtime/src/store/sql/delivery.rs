@@ -536,8 +536,13 @@ pub(crate) async fn progressing<D: Dialect>(
 
 pub(crate) async fn pause<D: Dialect>(pool: &Pool<D::DB>, p: &Pause) -> Result<(), StoreError> {
     let mut conn = pool.acquire().await.map_err(db)?;
+    pause_on::<D>(&mut conn, p).await
+}
+
+/// [`pause`] on `conn` (the caller's transaction, for an audited pause).
+pub(crate) async fn pause_on<D: Dialect>(conn: &mut Conn<D>, p: &Pause) -> Result<(), StoreError> {
     execute::<D>(
-        &mut conn,
+        conn,
         "INSERT INTO event_paused_destinations (destination, paused_by, reason, paused_at, expires_at) \
          VALUES ($1, $2, $3, $4, $5) \
          ON CONFLICT (destination, paused_by) DO UPDATE SET reason = excluded.reason, expires_at = excluded.expires_at",
@@ -559,8 +564,17 @@ pub(crate) async fn resume<D: Dialect>(
     paused_by: &str,
 ) -> Result<bool, StoreError> {
     let mut conn = pool.acquire().await.map_err(db)?;
+    resume_on::<D>(&mut conn, destination, paused_by).await
+}
+
+/// [`resume`] on `conn` (the caller's transaction, for an audited resume).
+pub(crate) async fn resume_on<D: Dialect>(
+    conn: &mut Conn<D>,
+    destination: &str,
+    paused_by: &str,
+) -> Result<bool, StoreError> {
     let n = execute::<D>(
-        &mut conn,
+        conn,
         "DELETE FROM event_paused_destinations WHERE destination = $1 AND paused_by = $2",
         &[Arg::Str(destination), Arg::Str(paused_by)],
     )

@@ -4,10 +4,12 @@
 //! limits, error codes) comes from the backend's [`Dialect`]. Names no database itself.
 
 pub(crate) mod append;
+pub(crate) mod audit;
 pub(crate) mod claim;
 pub(crate) mod dead_letters;
 pub(crate) mod delivery;
 pub(crate) mod exec;
+pub(crate) mod inbox;
 pub(crate) mod maintenance;
 pub(crate) mod operator;
 mod portable;
@@ -29,7 +31,8 @@ use self::exec::{Arg, SqlExec, SqlxQuery};
 use self::portable::{portable_execute, portable_fetch};
 use super::backend::{
     Backend, BackendTransaction, ClaimRequest, ClaimedDelivery, DestinationOperation,
-    DestinationPage, NewEvent, Pause, PurgeStep, ResolutionSelection, SettleResult, Settlement,
+    DestinationPage, InboxDeadLetter, NewEvent, Pause, PlaceQuery, PurgeStep,
+    ResolutionSelection, SettleResult, Settlement, TakenDeadLetter,
 };
 use super::query::Row;
 use super::types::{
@@ -37,7 +40,8 @@ use super::types::{
     PausedDestination, Resolution,
 };
 use super::value::Datum;
-use super::{DatabaseError, StoreError, Tx};
+use super::{DatabaseError, InboxIdentity, StoreError, Tx};
+use crate::inbox::Origin;
 
 /// The connection type of a dialect's driver.
 pub(crate) type Conn<D> = <<D as Dialect>::DB as Database>::Connection;
@@ -497,6 +501,70 @@ impl<D: Dialect> Backend for SqlStore<D> {
         resolution::finish::<D>(&self.pool, audit_id, now).await
     }
 
+    async fn undelivered_event_names(
+        &self,
+        destination: &str,
+    ) -> Result<Vec<String>, StoreError> {
+        retarget::undelivered_event_names::<D>(&self.pool, destination).await
+    }
+
+    async fn unrouted_events(
+        &self,
+        destination: &str,
+        names: &[&str],
+        since: i64,
+        cap: u64,
+    ) -> Result<Option<u64>, StoreError> {
+        operator::unrouted_events::<D>(&self.pool, destination, names, since, cap).await
+    }
+
+    async fn pause_audited(
+        &self,
+        destination: &str,
+        actor: &str,
+        reason: &str,
+        now: i64,
+    ) -> Result<AuditEntry, StoreError> {
+        operator::pause_audited::<D>(&self.pool, destination, actor, reason, now).await
+    }
+
+    async fn resume_audited(
+        &self,
+        destination: &str,
+        actor: &str,
+        reason: &str,
+        now: i64,
+    ) -> Result<Option<AuditEntry>, StoreError> {
+        operator::resume_audited::<D>(&self.pool, destination, actor, reason, now).await
+    }
+
+    async fn inbox_identity(&self, inbox: &str) -> Result<Option<InboxIdentity>, StoreError> {
+        let mut conn = self.pool.acquire().await.map_err(db)?;
+        inbox::identity::<D>(&mut conn, inbox).await
+    }
+
+    async fn record_inbox_identity(
+        &self,
+        identity: &InboxIdentity,
+        now: i64,
+    ) -> Result<InboxIdentity, StoreError> {
+        inbox::record_identity::<D>(&self.pool, identity, now).await
+    }
+
+    async fn adopt_inbox_identity(
+        &self,
+        identity: &InboxIdentity,
+        actor: &str,
+        reason: &str,
+        now: i64,
+    ) -> Result<AuditEntry, StoreError> {
+        inbox::adopt_identity::<D>(&self.pool, identity, actor, reason, now).await
+    }
+
+    async fn received_origin(&self, event_id: Uuid) -> Result<Option<Origin>, StoreError> {
+        inbox::received_origin::<D>(&self.pool, event_id).await
+    }
+
     async fn pending_envelopes(&self) -> Result<Vec<(String, String, String)>, StoreError> {
         dead_letters::pending_envelopes::<D>(&self.pool).await
     }
@@ -619,6 +687,29 @@ impl<D: Dialect> BackendTransaction for SqlTx<D> {
         let waiting = append::insert_deliveries::<D>(self.conn(), events, now).await?;
         self.promote_after_commit.extend(waiting);
         Ok(())
+    }
+
+    async fn insert_inbox_dead_letter(
+        &mut self,
+        letter: &InboxDeadLetter,
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        inbox::insert_dead_letter::<D>(self.conn(), letter, now).await
+    }
+
+    async fn take_inbox_dead_letters(
+        &mut self,
+        ids: &[i64],
+        inbox: Option<&str>,
+        actor: &str,
+        reason: &str,
+        now: i64,
+    ) -> Result<(AuditEntry, Vec<TakenDeadLetter>), StoreError> {
+        inbox::take_dead_letters::<D>(self.conn(), ids, inbox, actor, reason, now).await
+    }
+
+    async fn held_places(&mut self, places: &[PlaceQuery<'_>]) -> Result<Vec<usize>, StoreError> {
+        append::held_places::<D>(self.conn(), places).await
     }
 
     async fn savepoint(&mut self, name: &str) -> Result<(), StoreError> {

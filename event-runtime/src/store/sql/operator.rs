@@ -1,12 +1,17 @@
-//! Counting queries of the SQL store that the `events` tool needs: dead letters matching a
-//! filter, and open / resolved dead letters per (handler, event name). Reads only.
+//! What an operator's tool asks of the SQL store beyond listing and resolving: dead letters
+//! matching a filter and open / resolved ones per (handler, event name), the events a
+//! destination added late never got, and pauses of a destination recorded with their audit
+//! row.
 
 use sqlx::Pool;
 
+use super::audit::{self, NewAudit};
+use super::delivery::{pause_on, resume_on};
 use super::exec::{Arg, SqlExec};
 use super::{db, rows, Dialect};
-use crate::store::types::{DeadLetterCount, DeadLetterFilter};
-use crate::store::StoreError;
+use crate::store::backend::Pause;
+use crate::store::types::{AuditEntry, DeadLetterCount, DeadLetterFilter};
+use crate::store::{StoreError, OPERATOR};
 
 /// How many dead letters match `filter`, ignoring its `limit`: the `WHERE` of
 /// `dead_letters::list`, counted.
@@ -67,4 +72,105 @@ pub(crate) async fn dead_letter_counts<D: Dialect>(
             })
         })
         .collect()
+}
+
+/// `None` when `destination` has a delivery row; otherwise how many events named in `names`
+/// were recorded at or after `since`, counted up to `cap`.
+pub(crate) async fn unrouted_events<D: Dialect>(
+    pool: &Pool<D::DB>,
+    destination: &str,
+    names: &[&str],
+    since: i64,
+    cap: u64,
+) -> Result<Option<u64>, StoreError> {
+    const ROUTED: &str = "SELECT 1 AS one FROM event_deliveries WHERE handler = $1 LIMIT 1";
+    let mut conn = pool.acquire().await.map_err(db)?;
+    if !rows::<D>(&mut conn, ROUTED, &[Arg::Str(destination)])
+        .await?
+        .is_empty()
+    {
+        return Ok(None);
+    }
+    if names.is_empty() {
+        return Ok(Some(0));
+    }
+    let list: Vec<String> = (0..names.len()).map(|i| format!("${}", i + 3)).collect();
+    let sql = format!(
+        "SELECT COUNT(*) AS n FROM (SELECT 1 AS one FROM event_outbox \
+         WHERE recorded_at >= $1 AND name IN ({}) LIMIT $2) AS e",
+        list.join(", ")
+    );
+    let cap = i64::try_from(cap).unwrap_or(i64::MAX);
+    let mut args = vec![Arg::I64(since), Arg::I64(cap)];
+    args.extend(names.iter().map(|n| Arg::Str(n)));
+    let n = rows::<D>(&mut conn, &sql, &args)
+        .await?
+        .first()
+        .map(|r| D::DB::get_i64(r, "n"))
+        .transpose()
+        .map_err(db)?
+        .unwrap_or(0);
+    Ok(Some(n.max(0) as u64))
+}
+
+/// The operator's pause of `destination` (no expiry) and its audit row, in one transaction.
+pub(crate) async fn pause_audited<D: Dialect>(
+    pool: &Pool<D::DB>,
+    destination: &str,
+    actor: &str,
+    reason: &str,
+    now: i64,
+) -> Result<AuditEntry, StoreError> {
+    let pause = Pause {
+        destination: destination.to_owned(),
+        paused_by: OPERATOR.to_owned(),
+        reason: reason.to_owned(),
+        at: now,
+        expires_at: None,
+    };
+    let mut tx = D::begin(pool).await.map_err(db)?;
+    pause_on::<D>(&mut tx, &pause).await?;
+    let entry = audited::<D>(&mut tx, "pause", destination, actor, reason, now).await?;
+    tx.commit().await.map_err(db)?;
+    Ok(entry)
+}
+
+/// Lifts the operator's pause of `destination`, with its audit row, in one transaction;
+/// `None` (nothing written) when the operator had not paused it.
+pub(crate) async fn resume_audited<D: Dialect>(
+    pool: &Pool<D::DB>,
+    destination: &str,
+    actor: &str,
+    reason: &str,
+    now: i64,
+) -> Result<Option<AuditEntry>, StoreError> {
+    let mut tx = D::begin(pool).await.map_err(db)?;
+    if !resume_on::<D>(&mut tx, destination, OPERATOR).await? {
+        tx.rollback().await.map_err(db)?;
+        return Ok(None);
+    }
+    let entry = audited::<D>(&mut tx, "resume", destination, actor, reason, now).await?;
+    tx.commit().await.map_err(db)?;
+    Ok(Some(entry))
+}
+
+/// The audit row of a pause or resume: reason `DESTINATION: REASON`, no dead letters.
+async fn audited<D: Dialect>(
+    conn: &mut super::Conn<D>,
+    action: &str,
+    destination: &str,
+    actor: &str,
+    reason: &str,
+    now: i64,
+) -> Result<AuditEntry, StoreError> {
+    let reason = format!("{destination}: {reason}");
+    let a = NewAudit {
+        action,
+        actor,
+        reason: &reason,
+        now,
+        selection: None,
+        finished: true,
+    };
+    audit::insert::<D>(conn, &a).await
 }

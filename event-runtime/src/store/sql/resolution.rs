@@ -7,15 +7,13 @@
 
 use sqlx::Pool;
 
-use super::dead_letters::{action_name, audit_from_row, unblock};
+use super::audit::{self, NewAudit, COLUMNS as AUDIT_COLUMNS};
+use super::dead_letters::{action_name, unblock};
 use super::exec::{Arg, SqlExec};
 use super::{db, execute, promote_after_commit, rows, Conn, Dialect};
 use crate::store::backend::ResolutionSelection;
 use crate::store::types::{AuditEntry, DeadLetterFilter, Resolution};
 use crate::store::StoreError;
-
-const AUDIT_COLUMNS: &str =
-    "id, action, actor, reason, at, dead_letter_ids, count, selection, finished_at";
 
 pub(crate) async fn start<D: Dialect>(
     pool: &Pool<D::DB>,
@@ -53,8 +51,8 @@ pub(crate) async fn start<D: Dialect>(
     Ok((entry, selection))
 }
 
-/// Writes the audit row of an operation over a selection (`selection`, JSON), counted up
-/// page by page from 0, and returns it.
+/// Writes the audit row of an operation over a selection (`selection`, JSON), unfinished,
+/// counted up page by page from 0, and returns it.
 pub(crate) async fn insert_audit<D: Dialect>(
     conn: &mut Conn<D>,
     action: &str,
@@ -63,26 +61,15 @@ pub(crate) async fn insert_audit<D: Dialect>(
     now: i64,
     selection: &str,
 ) -> Result<AuditEntry, StoreError> {
-    let sql = format!(
-        "INSERT INTO event_audit_log (action, actor, reason, at, dead_letter_ids, count, selection) \
-         VALUES ($1, $2, $3, $4, '[]', 0, $5) RETURNING {AUDIT_COLUMNS}"
-    );
-    rows::<D>(
-        conn,
-        &sql,
-        &[
-            Arg::Str(action),
-            Arg::Str(actor),
-            Arg::Str(reason),
-            Arg::I64(now),
-            Arg::Str(selection),
-        ],
-    )
-    .await?
-    .first()
-    .map(audit_from_row::<D>)
-    .transpose()?
-    .ok_or_else(|| StoreError::Corrupt("the audit insert returned no row".into()))
+    let a = NewAudit {
+        action,
+        actor,
+        reason,
+        now,
+        selection: Some(selection),
+        finished: false,
+    };
+    audit::insert::<D>(conn, &a).await
 }
 
 /// Resolves the next page of at most `page` open dead letters of `selection`. Returns how
@@ -206,7 +193,7 @@ pub(crate) async fn finish<D: Dialect>(
     rows::<D>(&mut conn, &sql, &[Arg::I64(audit_id)])
         .await?
         .first()
-        .map(audit_from_row::<D>)
+        .map(audit::from_row::<D>)
         .transpose()?
         .ok_or_else(|| StoreError::Corrupt(format!("audit row {audit_id} disappeared")))
 }
@@ -222,7 +209,7 @@ pub(crate) async fn load<D: Dialect>(
     let Some(entry) = rows::<D>(&mut conn, &sql, &[Arg::I64(audit_id)])
         .await?
         .first()
-        .map(audit_from_row::<D>)
+        .map(audit::from_row::<D>)
         .transpose()?
     else {
         return Ok(None);

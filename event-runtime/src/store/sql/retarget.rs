@@ -9,15 +9,13 @@
 use sqlx::Pool;
 
 use super::append::StreamKey;
-use super::dead_letters::{audit_from_row, unblock};
+use super::audit::{self, COLUMNS as AUDIT_COLUMNS};
+use super::dead_letters::unblock;
 use super::exec::{placeholders, Arg, SqlExec};
 use super::{db, execute, promote_after_commit, rows, Conn, Dialect};
 use crate::store::backend::{DestinationOperation, DestinationPage};
 use crate::store::types::AuditEntry;
 use crate::store::StoreError;
-
-const AUDIT_COLUMNS: &str =
-    "id, action, actor, reason, at, dead_letter_ids, count, selection, finished_at";
 
 /// Runs per statement of the ready-flag reset (three parameters each).
 const RUNS_PER_STATEMENT: usize = 200;
@@ -55,7 +53,7 @@ pub(crate) async fn start<D: Dialect>(
     )
     .await?
     .first()
-    .map(audit_from_row::<D>)
+    .map(audit::from_row::<D>)
     .transpose()?
     {
         tx.commit().await.map_err(db)?;
@@ -381,4 +379,21 @@ async fn orphans<D: Dialect>(
     .await?;
     done.selected = done.duplicates + done.dead_letters;
     Ok(done)
+}
+
+/// The names of the events `destination` left undelivered: those of its pending deliveries
+/// and open dead letters, sorted, each once.
+pub(crate) async fn undelivered_event_names<D: Dialect>(
+    pool: &Pool<D::DB>,
+    destination: &str,
+) -> Result<Vec<String>, StoreError> {
+    const SQL: &str = "SELECT DISTINCT o.name AS name FROM event_deliveries d \
+         JOIN event_outbox o ON o.event_id = d.event_id \
+         WHERE d.handler = $1 AND d.status IN ('pending', 'dead') ORDER BY o.name";
+    let mut conn = pool.acquire().await.map_err(db)?;
+    rows::<D>(&mut conn, SQL, &[Arg::Str(destination)])
+        .await?
+        .iter()
+        .map(|r| D::DB::get_string(r, "name").map_err(db))
+        .collect()
 }

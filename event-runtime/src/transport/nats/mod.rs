@@ -344,7 +344,7 @@ pub async fn connect(url: &str, component: &str) -> Result<async_nats::Client, N
                             let outage = since.elapsed();
                             // At the outage's level, so that a log showing the loss shows
                             // its end.
-                            tracing::warn!(component = %who, url = %at, outage_s = outage.as_secs_f64(), "NATS connection back after {}", crate::outbox::human(outage));
+                            tracing::warn!(component = %who, url = %at, outage_s = outage.as_secs_f64(), "NATS connection back after {}", crate::outbox::pause::human(outage));
                         }
                     }
                     Event::LameDuckMode => {

@@ -5,6 +5,7 @@ use std::time::Duration;
 use async_nats::jetstream::{self, AckKind};
 
 use super::super::NatsError;
+use crate::inbox::InboxReport;
 
 /// How the inbox consumes: its durable consumer and its batches. [`InboxConfig::new`], changed
 /// with one setter per field (`InboxConfig::new("EVENTS", "billing").batch(256)`).
@@ -132,35 +133,6 @@ impl InboxConfig {
             return bad("max_ack_pending must be at least batch".into());
         }
         Ok(())
-    }
-}
-
-/// What receiving did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct InboxReport {
-    /// Messages fetched.
-    pub received: usize,
-    /// Events committed into the outbox.
-    pub appended: usize,
-    /// Events whose id the outbox had already (redeliveries, re-publishes): skipped.
-    pub duplicates: usize,
-    /// Messages put in the dead letter queue (and terminated).
-    pub dead_lettered: usize,
-    /// Acks the server confirmed.
-    pub acked: usize,
-    /// Acks not confirmed (the message will be redelivered and skipped as a duplicate).
-    pub ack_failed: usize,
-}
-
-impl std::ops::AddAssign for InboxReport {
-    fn add_assign(&mut self, o: Self) {
-        self.received += o.received;
-        self.appended += o.appended;
-        self.duplicates += o.duplicates;
-        self.dead_lettered += o.dead_lettered;
-        self.acked += o.acked;
-        self.ack_failed += o.ack_failed;
     }
 }
 

@@ -1,27 +1,27 @@
-//! The inbox: a durable pull consumer whose fetched batches are decoded through the registry
-//! and committed once into this service's outbox (de-duplicated by event id), then
-//! acknowledged. It must not run handlers: the consuming outbox's engine does.
+//! The inbox: a durable pull consumer whose fetched batches are handed to the inbox core
+//! ([`Outbox::receive`]: decoded, committed once into this service's outbox, de-duplicated by
+//! event id, what cannot be accepted dead-lettered), then acknowledged or terminated as each
+//! message's verdict says. What is NATS's own stays here: the consumer, the broker identity
+//! it checks, and acks. It must not run handlers: the consuming outbox's engine does.
 
 mod config;
-mod dead_letter;
 mod identity;
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, consumer::pull, AckKind};
-use event_core::{AnyEnvelope, DecodeError, RawEnvelope};
 use futures_util::StreamExt;
 use tokio_util::sync::CancellationToken;
 
-pub use config::{InboxConfig, InboxReport, ReceivedBatch};
-use dead_letter::{chain, insert_dead_letter, refusal, refused, Candidate, Poison, Refused};
+pub use config::{InboxConfig, ReceivedBatch};
+pub use crate::inbox::InboxReport;
 pub(crate) use identity::observe;
 use identity::{created, describe_observed, same_time};
 
-use super::{NatsError, CONTENT_TYPE};
-use crate::store::{DeadLetterReason, Place};
-use crate::{InboxIdentity, Outbox, OutboxError, StoreError};
+use super::NatsError;
+use crate::inbox::{Incoming, Origin, Verdict};
+use crate::{InboxIdentity, Outbox, OutboxError};
 
 /// How often, at least, the inbox compares the broker's stream and consumer with the
 /// identity it recorded (also after every failed fetch).
@@ -364,266 +364,68 @@ impl NatsInbox {
         Ok(messages)
     }
 
+    /// Hands the batch to the inbox core ([`Outbox::receive`]) and sorts the messages by
+    /// verdict: accepted and duplicates to ack, dead-lettered to terminate. When the core
+    /// could not commit some (the store failed), every message is nak'ed with a delay of one
+    /// second, to be redelivered (those committed are then duplicates).
     async fn commit(&self, messages: Vec<jetstream::Message>) -> Result<ReceivedBatch, NatsError> {
-        let mut report = InboxReport {
-            received: messages.len(),
-            ..InboxReport::default()
-        };
         metrics::counter!("events_nats_received_total").increment(messages.len() as u64);
-        if messages.is_empty() {
-            return Ok(ReceivedBatch {
-                accepted: Vec::new(),
-                poison: Vec::new(),
-                report,
-            });
+        let batch: Vec<Incoming> = messages.iter().map(incoming).collect();
+        let receipt = self.outbox.receive(&self.name, batch).await;
+        metrics::counter!("events_nats_duplicates_total")
+            .increment(receipt.report.duplicates as u64);
+        metrics::counter!("events_nats_dead_lettered_total")
+            .increment(receipt.new_dead_letters() as u64);
+        if let Some(e) = receipt.error {
+            let naks = messages
+                .iter()
+                .map(|m| m.ack_with(AckKind::Nak(Some(Duration::from_secs(1)))));
+            let n = futures_util::future::join_all(naks).await.len();
+            metrics::counter!("events_nats_naked_total").increment(n as u64);
+            return Err(NatsError::Outbox(e));
         }
-        let now = self.outbox.clock().now_ms();
-        let mut candidates = Vec::new();
-        let mut poison = Vec::new();
-        for (idx, m) in messages.iter().enumerate() {
-            match self.accept(m) {
-                Ok((envelope, raw, json, key)) => candidates.push(Candidate {
-                    idx,
-                    envelope: Some(envelope),
-                    raw,
-                    json,
-                    key,
-                }),
-                Err(Refused::Poison(reason, chain, raw)) => poison.push(Poison {
-                    idx,
-                    reason,
-                    chain,
-                    raw,
-                }),
+        let (mut accepted, mut poison) = (Vec::new(), Vec::new());
+        for (m, verdict) in messages.into_iter().zip(receipt.verdicts) {
+            match verdict {
+                Verdict::DeadLettered(_) => poison.push(m),
+                _ => accepted.push(m),
             }
         }
-        // The batch is committed at once, in one transaction: the first round looks up, in
-        // that transaction, which messages conflict (an (aggregate, sequence) the outbox holds
-        // under another event id, or that an earlier message of the batch claims) and writes
-        // their dead letters with the rest. One transaction per conflicting message would
-        // each wait for the write lock that the outbox's workers take too (SQLite: a batch of
-        // 256 conflicts took minutes). Should a conflict still fail the commit (another
-        // writer took the place after the look-up: PostgreSQL), the messages of the aggregate
-        // it names are taken out and committed one at a time, in order, after the rest; a
-        // conflict naming no message takes them all out. Each round takes one message out
-        // at least.
-        let mut accepted = Vec::new();
-        let mut deferred = Vec::new();
-        let mut look_up = true;
-        loop {
-            // Every candidate decoded (a failed round consumed the envelopes).
-            for mut c in std::mem::take(&mut candidates) {
-                match self.envelope(&mut c) {
-                    Ok(e) => {
-                        c.envelope = Some(e);
-                        candidates.push(c);
-                    }
-                    Err(p) => poison.push(p),
-                }
-            }
-            let attempt = async {
-                let mut uow = self.outbox.begin().await?;
-                if std::mem::take(&mut look_up) {
-                    set_aside_conflicts(uow.tx(), &mut candidates, &mut poison).await?;
-                }
-                for p in &poison {
-                    insert_dead_letter(uow.tx(), &self.name, &messages[p.idx], p, now).await?;
-                }
-                for c in &mut candidates {
-                    let _span =
-                        tracing::debug_span!("receive", event_id = %c.raw.meta.id).entered();
-                    if let Some(envelope) = c.envelope.take() {
-                        uow.add_received(envelope, c.json.clone(), c.key.clone());
-                    }
-                }
-                uow.commit().await
-            }
-            .await;
-            match attempt {
-                Ok(r) => {
-                    report.appended += r.appended;
-                    report.duplicates += r.duplicates;
-                    accepted.extend(candidates.iter().map(|c| c.idx));
-                    break;
-                }
-                Err(OutboxError::Store(StoreError::Conflict {
-                    aggregate_type,
-                    aggregate_id,
-                    sequence,
-                })) if !candidates.is_empty() => {
-                    let named = |c: &Candidate| {
-                        c.key == aggregate_type
-                            && c.raw.meta.aggregate_id == aggregate_id
-                            && c.raw.meta.sequence == sequence
-                    };
-                    let out: Vec<Candidate> = if candidates.iter().any(named) {
-                        let (out, keep): (Vec<Candidate>, Vec<Candidate>) =
-                            std::mem::take(&mut candidates).into_iter().partition(|c| {
-                                c.key == aggregate_type && c.raw.meta.aggregate_id == aggregate_id
-                            });
-                        candidates = keep;
-                        out
-                    } else {
-                        std::mem::take(&mut candidates)
-                    };
-                    tracing::warn!(
-                        aggregate = %format!("{aggregate_type} {aggregate_id}"),
-                        sequence,
-                        messages = out.len(),
-                        "inbox batch refused: an (aggregate, sequence) conflict; committing those messages one at a time"
-                    );
-                    deferred.extend(out);
-                }
-                // Another refusal of one message (an in-transaction handler that fails for
-                // good, a sequence out of range, U+0000 in an aggregate id, an envelope over
-                // this outbox's limit): not named, so every message alone.
-                Err(e) if refusal(&e).is_some() && !candidates.is_empty() => {
-                    tracing::warn!(
-                        error = %event_core::ErrorChain(&e),
-                        messages = candidates.len(),
-                        "inbox batch refused; committing its messages one at a time"
-                    );
-                    deferred.append(&mut candidates);
-                }
-                Err(e) => return Err(self.give_back(&messages, e).await),
-            }
-        }
-        deferred.sort_by_key(|c| c.idx);
-        for mut c in deferred {
-            let envelope = match self.envelope(&mut c) {
-                Ok(e) => e,
-                Err(p) => {
-                    if let Err(e) = self.dead_letter_alone(&messages, &p, now).await {
-                        return Err(self.give_back(&messages, e).await);
-                    }
-                    poison.push(p);
-                    continue;
-                }
-            };
-            let attempt = async {
-                let mut uow = self.outbox.begin().await?;
-                uow.add_received(envelope, c.json.clone(), c.key.clone());
-                uow.commit().await
-            }
-            .await;
-            match attempt {
-                Ok(r) => {
-                    report.appended += r.appended;
-                    report.duplicates += r.duplicates;
-                    accepted.push(c.idx);
-                }
-                Err(e) => {
-                    let Some(reason) = refusal(&e) else {
-                        return Err(self.give_back(&messages, e).await);
-                    };
-                    let p = refused(c, reason, &e);
-                    if let Err(e) = self.dead_letter_alone(&messages, &p, now).await {
-                        return Err(self.give_back(&messages, e).await);
-                    }
-                    poison.push(p);
-                }
-            }
-        }
-        report.dead_lettered = poison.len();
-        metrics::counter!("events_nats_duplicates_total").increment(report.duplicates as u64);
-        let mut messages: Vec<Option<jetstream::Message>> =
-            messages.into_iter().map(Some).collect();
-        let mut take = |idx: usize| messages[idx].take();
-        let accepted: Vec<jetstream::Message> =
-            accepted.into_iter().filter_map(&mut take).collect();
-        let poison: Vec<jetstream::Message> =
-            poison.into_iter().filter_map(|p| take(p.idx)).collect();
         Ok(ReceivedBatch {
             accepted,
             poison,
-            report,
+            report: receipt.report,
         })
     }
 
-    /// The decoded envelope of `c`: the one `accept` decoded, or decoded again (a retried
-    /// commit consumed it).
-    fn envelope(&self, c: &mut Candidate) -> Result<Box<dyn AnyEnvelope>, Poison> {
-        if let Some(e) = c.envelope.take() {
-            return Ok(e);
-        }
+    /// Replays this inbox's dead letters `ids` through the inbox core
+    /// ([`Outbox::replay_inbox_dead_letters`], which needs no broker connection), skipping
+    /// the dead letters of other inboxes: each is decoded again (a deploy that knows its
+    /// type) and committed into the outbox as if just received, marked replayed, with one
+    /// audit row, all in one transaction.
+    ///
+    /// # Errors
+    /// [`NatsError::Replay`] when one still does not decode (nothing is changed);
+    /// [`NatsError::Outbox`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropped before its COMMIT, nothing is changed.
+    pub async fn replay_dead_letters(
+        &self,
+        ids: &[i64],
+        actor: &str,
+        reason: &str,
+    ) -> Result<InboxReport, NatsError> {
         self.outbox
-            .dispatcher()
-            .registry()
-            .decode(&c.raw)
-            .map_err(|e| Poison {
-                idx: c.idx,
-                reason: DeadLetterReason::Undecodable,
-                chain: chain(&e),
-                raw: Some(Box::new(c.raw.clone())),
+            .replay_received(ids, Some(&self.name), actor, reason)
+            .await
+            .map_err(|e| match e {
+                OutboxError::NotReplayable {
+                    dead_letter,
+                    source,
+                } => NatsError::Replay(dead_letter, source),
+                e => NatsError::Outbox(e),
             })
-    }
-
-    /// Stores one dead letter in a transaction of its own.
-    async fn dead_letter_alone(
-        &self,
-        messages: &[jetstream::Message],
-        p: &Poison,
-        now: i64,
-    ) -> Result<(), OutboxError> {
-        let mut uow = self.outbox.begin().await?;
-        insert_dead_letter(uow.tx(), &self.name, &messages[p.idx], p, now).await?;
-        uow.commit().await.map(|_| ())
-    }
-
-    /// Gives every message of a batch that could not be committed back to the server, to be
-    /// redelivered in a second (those already committed are then skipped as duplicates).
-    async fn give_back(&self, messages: &[jetstream::Message], e: OutboxError) -> NatsError {
-        let naks = messages
-            .iter()
-            .map(|m| m.ack_with(AckKind::Nak(Some(Duration::from_secs(1)))));
-        let n = futures_util::future::join_all(naks).await.len();
-        metrics::counter!("events_nats_naked_total").increment(n as u64);
-        NatsError::Outbox(e)
-    }
-
-    /// Decodes one message: CloudEvents structured mode, a known (name, version), a payload
-    /// that decodes. Received events are keyed `<aggregate type>@<source>`.
-    fn accept(
-        &self,
-        m: &jetstream::Message,
-    ) -> Result<(Box<dyn AnyEnvelope>, RawEnvelope, String, String), Refused> {
-        let poison = |reason, msg: String, raw| Refused::Poison(reason, vec![msg], raw);
-        if let Some(ct) = m.headers.as_ref().and_then(|h| h.get("Content-Type")) {
-            if !ct.as_str().starts_with(CONTENT_TYPE) {
-                return Err(poison(
-                    DeadLetterReason::Undecodable,
-                    format!(
-                        "Content-Type {:?} is not {CONTENT_TYPE} (CloudEvents structured mode)",
-                        ct.as_str()
-                    ),
-                    None,
-                ));
-            }
-        }
-        let json = std::str::from_utf8(&m.payload).map_err(|e| {
-            poison(
-                DeadLetterReason::Undecodable,
-                format!("the body is not UTF-8: {e}"),
-                None,
-            )
-        })?;
-        let raw = RawEnvelope::from_json(json)
-            .map_err(|e| Refused::Poison(DeadLetterReason::Undecodable, chain(&e), None))?;
-        match self.outbox.dispatcher().registry().decode(&raw) {
-            Ok(envelope) => {
-                let key = format!("{}@{}", raw.meta.aggregate_type, raw.meta.source);
-                Ok((envelope, raw, json.to_owned(), key))
-            }
-            Err(e) => {
-                let reason = match e {
-                    DecodeError::UnknownName { .. } | DecodeError::UnknownVersion { .. } => {
-                        DeadLetterReason::UnknownEvent
-                    }
-                    _ => DeadLetterReason::Undecodable,
-                };
-                Err(Refused::Poison(reason, chain(&e), Some(Box::new(raw))))
-            }
-        }
     }
 
     /// Fetches, commits and acks one batch.
@@ -684,39 +486,26 @@ impl NatsInbox {
     }
 }
 
-/// Moves the `candidates` whose commit would fail with a conflict (looked up in `tx`, in
-/// stream order: see [`Tx::conflicting`](crate::Tx)) to `poison`, as `conflict` dead letters
-/// saying what the commit would have said.
-async fn set_aside_conflicts(
-    tx: &mut crate::Tx,
-    candidates: &mut Vec<Candidate>,
-    poison: &mut Vec<Poison>,
-) -> Result<(), OutboxError> {
-    let places: Vec<Place<'_>> = candidates
-        .iter()
-        .map(|c| Place {
-            aggregate_type: &c.key,
-            aggregate_id: &c.raw.meta.aggregate_id,
-            sequence: c.raw.meta.sequence,
-            event_id: c.raw.meta.id,
-        })
-        .collect();
-    let conflicting = tx.conflicting(&places).await?;
-    if conflicting.is_empty() {
-        return Ok(());
-    }
-    let mut conflicting = conflicting.into_iter().peekable();
-    for (i, c) in std::mem::take(candidates).into_iter().enumerate() {
-        if conflicting.next_if_eq(&i).is_none() {
-            candidates.push(c);
-            continue;
+/// A fetched message as the inbox core takes it: the body, its `Content-Type` and
+/// `Nats-Msg-Id` headers, and its origin (transport `nats`, the stream, the stream sequence,
+/// the delivery count, attribute `subject`).
+fn incoming(m: &jetstream::Message) -> Incoming {
+    let info = m.info().ok();
+    let origin = Origin::new(
+        "nats",
+        info.as_ref().map_or("", |i| i.stream),
+        info.as_ref().map_or(0, |i| i.stream_sequence),
+    )
+    .delivery_count(info.as_ref().map_or(1, |i| i.delivered.max(1) as u64))
+    .attribute("subject", m.subject.to_string());
+    let mut incoming = Incoming::new(m.payload.to_vec(), origin);
+    if let Some(h) = &m.headers {
+        if let Some(ct) = h.get("Content-Type") {
+            incoming = incoming.content_type(ct.as_str());
         }
-        let e = OutboxError::Store(StoreError::Conflict {
-            aggregate_type: c.key.clone(),
-            aggregate_id: c.raw.meta.aggregate_id.clone(),
-            sequence: c.raw.meta.sequence,
-        });
-        poison.push(refused(c, DeadLetterReason::Conflict, &e));
+        if let Some(id) = h.get(async_nats::header::NATS_MESSAGE_ID) {
+            incoming = incoming.message_id(id.as_str());
+        }
     }
-    Ok(())
+    incoming
 }

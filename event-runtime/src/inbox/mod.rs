@@ -1,0 +1,208 @@
+//! The inbox core every transport shares: a batch of received messages committed into this
+//! service's outbox, with a verdict per message.
+//!
+//! A transport's inbox is an adapter around it: it fetches messages from its broker, hands
+//! them to [`Outbox::receive`] as [`Incoming`] messages (the body as received, its content
+//! type, and its [`Origin`]), and settles each with the broker as its [`Verdict`] says —
+//! acknowledge [`Accepted`](Verdict::Accepted) and [`Duplicate`](Verdict::Duplicate),
+//! terminate (never redeliver) [`DeadLettered`](Verdict::DeadLettered), give back
+//! [`Retry`](Verdict::Retry) to be redelivered. The NATS JetStream inbox
+//! ([`transport::nats::NatsInbox`](crate::transport)) is one.
+//!
+//! What the core does for every transport:
+//! - decodes each body as a CloudEvents 1.0 JSON envelope (structured mode; a content type
+//!   other than `application/cloudevents+json` is refused) of an event this service's
+//!   registry knows, at a version it knows or can upcast;
+//! - commits the batch in one transaction: each accepted event is stored with the JSON as
+//!   received and its origin, under the aggregate key `<aggregate type>@<source>` (the
+//!   producer's CloudEvents `source`, so that it never collides with this service's own
+//!   aggregates), with deliveries to local handlers only (never to a relay);
+//! - skips an event id the outbox holds (a redelivery, a re-publish): `Duplicate`;
+//! - writes what cannot be accepted to the dead letter queue (kind `inbox`, the inbox's name
+//!   as its handler, the body as received, the origin, the reason and error chain), once per
+//!   (inbox, event id): a body that does not decode (`undecodable`), an unknown event name or
+//!   version (`unknown_event`), an (aggregate, sequence) the outbox holds under another event
+//!   id (`conflict`: a producer that re-published with new ids), or one the commit refuses
+//!   for good (an in-transaction handler's permanent error: `permanent`; text the database
+//!   refuses, an envelope over [`OutboxConfig::max_envelope_bytes`](crate::OutboxConfig)).
+//!   None of these blocks the rest of the batch.
+//!
+//! A dead letter of an inbox is replayed through the core as well — no broker connection is
+//! needed: [`Outbox::replay_inbox_dead_letters`] decodes it again (after a deploy that knows
+//! its type) and commits it as if just received, with its origin.
+//!
+//! ```
+//! use event_core::{event_handler, DomainEvent, Envelope};
+//! use event_runtime::inbox::{Incoming, Origin, Verdict};
+//! use event_runtime::{Dispatcher, Outbox, Store};
+//! use serde::{Deserialize, Serialize};
+//!
+//! #[derive(Debug, Serialize, Deserialize, DomainEvent)]
+//! #[event(name = "order.shipped", version = 1)]
+//! struct OrderShipped {
+//!     #[event(aggregate_id)]
+//!     order_id: String,
+//! }
+//!
+//! #[event_handler]
+//! fn invoice(_: &OrderShipped) {}
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = Store::connect("sqlite::memory:").await?;
+//! let outbox = Outbox::builder(store)
+//!     .dispatcher(Dispatcher::builder_empty().handler::<invoice>())
+//!     .build()?;
+//!
+//! // What a transport received: the producer's envelope, and where it was read.
+//! let body = serde_json::to_vec(
+//!     &Envelope::new(OrderShipped { order_id: "A-1".into() })
+//!         .with_sequence(1)
+//!         .with_source("urn:shop:orders"),
+//! )?;
+//! let batch = vec![
+//!     Incoming::new(body.clone(), Origin::new("my-queue", "orders", 1)),
+//!     Incoming::new(body, Origin::new("my-queue", "orders", 1).delivery_count(2)),
+//!     Incoming::new(b"not an envelope".to_vec(), Origin::new("my-queue", "orders", 2)),
+//! ];
+//! let receipt = outbox.receive("my-queue:billing", batch).await;
+//! assert!(receipt.error.is_none());
+//! assert!(matches!(receipt.verdicts[0], Verdict::Accepted));
+//! assert!(matches!(receipt.verdicts[1], Verdict::Duplicate));
+//! assert!(matches!(receipt.verdicts[2], Verdict::DeadLettered(_)));
+//! // Acknowledge 0 and 1, terminate 2 with the broker; the outbox's workers run `invoice`.
+//! outbox.drain(std::time::Duration::from_secs(5)).await?;
+//! # Ok(())
+//! # }
+//! ```
+
+mod origin;
+mod receive;
+mod replay;
+
+pub use origin::Origin;
+
+use crate::store::DeadLetterReason;
+use crate::OutboxError;
+
+/// A message a transport received, as the inbox core takes it.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Incoming {
+    /// The body as received: a CloudEvents 1.0 JSON envelope (structured mode).
+    pub body: Vec<u8>,
+    /// The message's content type, when the transport carries one (a NATS `Content-Type`
+    /// header, an AMQP `content-type` property); `None` is taken as CloudEvents JSON. One
+    /// that does not start with `application/cloudevents+json` is refused (`undecodable`).
+    pub content_type: Option<String>,
+    /// The message id the broker de-duplicates by (NATS `Nats-Msg-Id`), if any: names the
+    /// dead letter of a body without a readable event id.
+    pub message_id: Option<String>,
+    /// Where it came from.
+    pub origin: Origin,
+}
+
+impl Incoming {
+    /// A message with `body`, read at `origin`.
+    pub fn new(body: impl Into<Vec<u8>>, origin: Origin) -> Self {
+        Incoming {
+            body: body.into(),
+            content_type: None,
+            message_id: None,
+            origin,
+        }
+    }
+
+    /// Sets the content type the transport reported.
+    #[must_use]
+    pub fn content_type(mut self, content_type: impl Into<String>) -> Self {
+        self.content_type = Some(content_type.into());
+        self
+    }
+
+    /// Sets the broker's message id.
+    #[must_use]
+    pub fn message_id(mut self, id: impl Into<String>) -> Self {
+        self.message_id = Some(id.into());
+        self
+    }
+}
+
+/// What became of one received message, and so what its transport tells the broker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Verdict {
+    /// Committed into the outbox: acknowledge it.
+    Accepted,
+    /// Its event id was in the outbox already (a redelivery, a re-publish, or a second copy
+    /// in the same batch): nothing written; acknowledge it.
+    Duplicate,
+    /// Written to the dead letter queue for this reason (or found there already): terminate
+    /// it, the broker must not redeliver it.
+    DeadLettered(DeadLetterReason),
+    /// Not committed (see [`Receipt::error`]): give it back to the broker, to be redelivered
+    /// (an accepted copy is then a duplicate).
+    Retry,
+}
+
+impl Verdict {
+    /// Whether the message is settled in the outbox (accepted, duplicate or dead-lettered):
+    /// the broker may forget it.
+    pub fn is_settled(&self) -> bool {
+        !matches!(self, Verdict::Retry)
+    }
+}
+
+/// What [`Outbox::receive`](crate::Outbox::receive) did with a batch.
+#[derive(Debug)]
+#[non_exhaustive]
+#[must_use = "each message must be settled with its broker as its verdict says"]
+pub struct Receipt {
+    /// One per message, in the batch's order.
+    pub verdicts: Vec<Verdict>,
+    /// The counts (`received`, `appended`, `duplicates`, `dead_lettered`; the transport adds
+    /// its acks).
+    pub report: InboxReport,
+    /// Why the [`Retry`](Verdict::Retry) messages were not committed (the database is down, a
+    /// transient failure of an in-transaction handler); `None` when every message is settled.
+    pub error: Option<OutboxError>,
+    /// Dead letters written by this batch (a redelivered message found in the queue already
+    /// is counted in `report.dead_lettered`, not here).
+    pub(crate) new_dead_letters: usize,
+}
+
+impl Receipt {
+    /// Dead letters this batch wrote (not counting messages found in the queue already).
+    pub fn new_dead_letters(&self) -> usize {
+        self.new_dead_letters
+    }
+}
+
+/// What receiving did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct InboxReport {
+    /// Messages received.
+    pub received: usize,
+    /// Events committed into the outbox.
+    pub appended: usize,
+    /// Events whose id the outbox had already (redeliveries, re-publishes): skipped.
+    pub duplicates: usize,
+    /// Messages put in the dead letter queue (and terminated).
+    pub dead_lettered: usize,
+    /// Acks the broker confirmed.
+    pub acked: usize,
+    /// Acks not confirmed (the message will be redelivered and skipped as a duplicate).
+    pub ack_failed: usize,
+}
+
+impl std::ops::AddAssign for InboxReport {
+    fn add_assign(&mut self, o: Self) {
+        self.received += o.received;
+        self.appended += o.appended;
+        self.duplicates += o.duplicates;
+        self.dead_lettered += o.dead_lettered;
+        self.acked += o.acked;
+        self.ack_failed += o.ack_failed;
+    }
+}

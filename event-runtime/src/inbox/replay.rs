@@ -1,0 +1,81 @@
+//! Replaying an inbox's dead letters through the core: decoded again by this service's
+//! registry and committed as if just received. Needs no broker connection.
+
+use event_core::RawEnvelope;
+
+use super::receive::received_key;
+use super::InboxReport;
+use crate::{Outbox, OutboxError};
+
+impl Outbox {
+    /// Replays the inbox dead letters `ids` (written by [`Outbox::receive`], whatever the
+    /// transport): each is decoded again — after a deploy that knows its event type or
+    /// version — and committed into this outbox as if just received (same event id, its
+    /// stored [`Origin`](super::Origin), deliveries to local handlers), marked `replayed`, with
+    /// one audit row (action `replay`, `actor`, `reason`, the ids replayed), all in one
+    /// transaction. Ids that are not open inbox dead letters (a delivery's dead letter, a
+    /// resolved one, an unknown id) are skipped: replay a delivery's dead letter with
+    /// [`Store::resolve_dead_letters`](crate::Store::resolve_dead_letters).
+    ///
+    /// An event id the outbox holds already is a duplicate (counted, nothing written); a
+    /// conflict (the dead letter's place in its aggregate is still taken by another event)
+    /// fails the replay.
+    ///
+    /// Returns the counts: `appended`, `duplicates`.
+    ///
+    /// # Errors
+    /// [`OutboxError::NotReplayable`] naming the first dead letter that still does not decode;
+    /// [`OutboxError::Store`] — [`StoreError::Conflict`](crate::StoreError::Conflict) when an
+    /// event's (aggregate, sequence) is still taken, or the database failed;
+    /// [`OutboxError::Aborted`] when an in-transaction handler refused an event. Nothing is
+    /// replayed then.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropped before its COMMIT, nothing is changed.
+    pub async fn replay_inbox_dead_letters(
+        &self,
+        ids: &[i64],
+        actor: &str,
+        reason: &str,
+    ) -> Result<InboxReport, OutboxError> {
+        self.replay_received(ids, None, actor, reason).await
+    }
+
+    /// [`replay_inbox_dead_letters`](Self::replay_inbox_dead_letters) of the dead letters of
+    /// `inbox` only, when given.
+    pub(crate) async fn replay_received(
+        &self,
+        ids: &[i64],
+        inbox: Option<&str>,
+        actor: &str,
+        reason: &str,
+    ) -> Result<InboxReport, OutboxError> {
+        let now = self.clock().now_ms();
+        let mut uow = self.begin().await?;
+        let (_audit, taken) = uow
+            .tx()
+            .backend()
+            .take_inbox_dead_letters(ids, inbox, actor, reason, now)
+            .await?;
+        for d in taken {
+            let not_replayable = |source| OutboxError::NotReplayable {
+                dead_letter: d.id,
+                source,
+            };
+            let raw = RawEnvelope::from_json(&d.body).map_err(not_replayable)?;
+            let envelope = self
+                .dispatcher()
+                .registry()
+                .decode(&raw)
+                .map_err(not_replayable)?;
+            let key = received_key(&raw);
+            uow.add_received(envelope, d.body, key, d.origin.as_ref());
+        }
+        let r = uow.commit().await?;
+        Ok(InboxReport {
+            appended: r.appended,
+            duplicates: r.duplicates,
+            ..InboxReport::default()
+        })
+    }
+}
