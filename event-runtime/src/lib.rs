@@ -110,6 +110,8 @@
 //! structured mode, `Nats-Msg-Id` = the event id) and completes each delivery on the broker's
 //! acknowledgement, and `NatsInbox` commits what a consuming service receives into that
 //! service's own outbox before acknowledging it, so its handlers run with the same guarantees.
+//! What an inbox does with a received batch is transport-neutral: the [`inbox`] core
+//! ([`Outbox::receive`]), which another transport's inbox calls the same way.
 //!
 //! # Operations
 //! The `events` command-line tool (module `cli` and the `events` binary, feature `cli`) lists,
@@ -215,10 +217,9 @@ pub use outbox::{
     PurgeReport, Routing, SystemClock, Workers, MAX_ERROR_BYTES, MIN_LEASE,
 };
 pub use store::{
-    AuditEntry, Backlog, ConnectOptions, DatabaseError, DeadLetter,
-    DeadLetterFilter, DeadLetterReason, DestinationBacklog, DestinationReport, FromSql,
-    HandlerStats, InboxIdentity, OutboxStats, PausedDestination, Query, Resolution, Row, SqlValue,
-    Store, StoreError, ToSql, Tx,
+    AuditEntry, Backlog, ConnectOptions, DatabaseError, DeadLetter, DeadLetterFilter,
+    DeadLetterReason, DestinationBacklog, DestinationReport, FromSql, HandlerStats, InboxIdentity,
+    OutboxStats, PausedDestination, Query, Resolution, Row, SqlValue, Store, StoreError, ToSql, Tx,
 };
 /// Re-exported: the token [`Outbox::spawn_workers_with`] stops on.
 pub use tokio_util::sync::CancellationToken;

@@ -35,7 +35,11 @@ struct ParcelLost {
 struct Flaky(AtomicBool);
 
 #[event_handler(name = "coretest.weigh", in_transaction)]
-async fn weigh(envelope: &Envelope<ParcelSent>, tx: &mut Tx, flaky: &Flaky) -> Result<(), HandlerError> {
+async fn weigh(
+    envelope: &Envelope<ParcelSent>,
+    tx: &mut Tx,
+    flaky: &Flaky,
+) -> Result<(), HandlerError> {
     if flaky.0.load(Ordering::SeqCst) {
         return Err(HandlerError::transient_msg("scale busy"));
     }
@@ -166,7 +170,11 @@ async fn a_second_transport_is_an_adapter_around_the_core() {
         assert_eq!(receipt.new_dead_letters(), 4, "{label}");
 
         // Every received event has its origin; so has every dead letter.
-        let o = store.received_origin(a2.id()).await.unwrap().expect("origin");
+        let o = store
+            .received_origin(a2.id())
+            .await
+            .unwrap()
+            .expect("origin");
         assert_eq!(
             (o.transport.as_str(), o.source.as_str(), o.position),
             ("queue", "parcels", 2),
@@ -245,7 +253,10 @@ async fn a_second_transport_is_an_adapter_around_the_core() {
             .await
             .unwrap_err();
         assert!(
-            matches!(e, OutboxError::Store(event_runtime::StoreError::Conflict { .. })),
+            matches!(
+                e,
+                OutboxError::Store(event_runtime::StoreError::Conflict { .. })
+            ),
             "{label}: {e}"
         );
         assert_eq!(

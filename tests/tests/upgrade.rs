@@ -320,7 +320,12 @@ async fn an_inbox_written_before_the_core_keeps_reading_and_replays_without_a_br
             assert_eq!(d.handler, "nats-inbox:billing", "{label}");
             let o = d.origin.as_ref().expect("an origin");
             assert_eq!(
-                (o.transport.as_str(), o.source.as_str(), o.position, o.delivery_count),
+                (
+                    o.transport.as_str(),
+                    o.source.as_str(),
+                    o.position,
+                    o.delivery_count
+                ),
                 ("nats", "UPGRADE_INBOX", position, 1),
                 "{label}"
             );
@@ -370,7 +375,11 @@ async fn an_inbox_written_before_the_core_keeps_reading_and_replays_without_a_br
         assert_eq!(ledger_of(&store, "e").await, [1, 2, 3], "{label}");
         let third = uuid::Uuid::from_u64_pair(2, 3);
         let o = store.received_origin(third).await.unwrap().expect("origin");
-        assert_eq!((o.source.as_str(), o.position), ("UPGRADE_INBOX", 3), "{label}");
+        assert_eq!(
+            (o.source.as_str(), o.position),
+            ("UPGRADE_INBOX", 3),
+            "{label}"
+        );
         let audit = store.audit_log(10).await.unwrap();
         assert_eq!(audit[0].action, "replay", "{label}");
         assert_eq!(audit[0].dead_letter_ids, [dead[0].id], "{label}");

@@ -91,6 +91,15 @@ pub(super) async fn resolve(
                     d.resolved_at.map(time).unwrap_or_default()
                 )?;
             }
+            // A received message has no delivery to replay: the application decodes it and
+            // commits it again (the tool has no registry of its handlers to route it).
+            Some(d) if action == Resolution::Replay && d.origin.is_some() => {
+                writeln!(
+                    io.err,
+                    "warning: dead letter {id} is a message {} could not accept; skipped: the application replays it (Outbox::replay_inbox_dead_letters, or NatsInbox::replay_dead_letters), or purge it here",
+                    d.handler
+                )?;
+            }
             Some(_) => open.push(id),
         }
     }

@@ -71,7 +71,10 @@ impl Outbox {
         if batch.is_empty() {
             return receipt;
         }
-        if let Err(e) = Receiving::new(self, inbox, &batch, &mut receipt).run().await {
+        if let Err(e) = Receiving::new(self, inbox, &batch, &mut receipt)
+            .run()
+            .await
+        {
             receipt.error = Some(e);
         }
         receipt.report.dead_lettered = receipt
@@ -219,7 +222,12 @@ impl<'a> Receiving<'a> {
                 let mut written = 0;
                 for p in &poison {
                     let d = self.dead_letter(p);
-                    written += usize::from(uow.tx().backend().insert_inbox_dead_letter(&d, self.now).await?);
+                    written += usize::from(
+                        uow.tx()
+                            .backend()
+                            .insert_inbox_dead_letter(&d, self.now)
+                            .await?,
+                    );
                 }
                 for c in &mut candidates {
                     let _span =
@@ -333,7 +341,11 @@ impl<'a> Receiving<'a> {
     async fn dead_letter_alone(&mut self, p: Poison) -> Result<(), OutboxError> {
         let d = self.dead_letter(&p);
         let mut uow = self.outbox.begin().await?;
-        let written = uow.tx().backend().insert_inbox_dead_letter(&d, self.now).await?;
+        let written = uow
+            .tx()
+            .backend()
+            .insert_inbox_dead_letter(&d, self.now)
+            .await?;
         uow.commit().await?;
         self.receipt.new_dead_letters += usize::from(written);
         self.receipt.verdicts[p.idx] = Verdict::DeadLettered(p.reason);

@@ -38,10 +38,10 @@ use super::types::{
     AuditEntry, Backlog, DeadLetter, DeadLetterCount, DeadLetterFilter, DeadLetterReason,
     DestinationBacklog, OutboxStats, PausedDestination, Resolution,
 };
-use super::InboxIdentity;
-use crate::inbox::Origin;
 use super::value::Datum;
+use super::InboxIdentity;
 use super::{StoreError, Tx};
+use crate::inbox::Origin;
 
 /// One event to append to the outbox, with the destinations that receive it.
 #[derive(Debug, Clone)]
@@ -540,8 +540,7 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
 
     /// The names of the events `destination` left undelivered (those of its pending
     /// deliveries and open dead letters), sorted, each once.
-    async fn undelivered_event_names(&self, destination: &str)
-        -> Result<Vec<String>, StoreError>;
+    async fn undelivered_event_names(&self, destination: &str) -> Result<Vec<String>, StoreError>;
 
     /// `None` when `destination` has a delivery row; otherwise how many events named in
     /// `names` were recorded at or after `since` (ms), counted up to `cap`.

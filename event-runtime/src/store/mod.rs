@@ -16,8 +16,8 @@
 #![doc = include_str!("portable_sql.md")]
 
 pub mod backend;
-mod error;
 mod conflicts;
+mod error;
 mod inbox;
 mod operator;
 #[cfg(feature = "postgres")]
@@ -41,8 +41,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use futures_util::future::BoxFuture;
 
-pub use backend::{Backend, BackendTransaction};
 pub(crate) use backend::InboxDeadLetter;
+pub use backend::{Backend, BackendTransaction};
 pub(crate) use conflicts::Place;
 pub use error::{DatabaseError, StoreError};
 pub use inbox::InboxIdentity;
@@ -50,9 +50,9 @@ pub use query::{Query, Row};
 pub use resolve::RESOLVE_PAGE;
 pub use tx::{SqlValue, Tx};
 pub use types::{
-    AuditEntry, Backlog, DeadLetter, DeadLetterCount, DeadLetterFilter,
-    DeadLetterReason, DestinationBacklog, DestinationReport, HandlerStats, OutboxStats,
-    PausedDestination, Resolution,
+    AuditEntry, Backlog, DeadLetter, DeadLetterCount, DeadLetterFilter, DeadLetterReason,
+    DestinationBacklog, DestinationReport, HandlerStats, OutboxStats, PausedDestination,
+    Resolution,
 };
 pub use unrouted::UNROUTED_CAP;
 pub use value::{timestamp_text, Datum, FromSql, SqlType, ToSql};

@@ -79,9 +79,7 @@ pub(crate) async fn name_dead_letters<D: Dialect>(
 }
 
 /// An audit row read with [`COLUMNS`].
-pub(crate) fn from_row<D: Dialect>(
-    r: &<D::DB as Database>::Row,
-) -> Result<AuditEntry, StoreError> {
+pub(crate) fn from_row<D: Dialect>(r: &<D::DB as Database>::Row) -> Result<AuditEntry, StoreError> {
     let ids = D::DB::get_string(r, "dead_letter_ids").map_err(db)?;
     Ok(AuditEntry {
         id: D::DB::get_i64(r, "id").map_err(db)?,

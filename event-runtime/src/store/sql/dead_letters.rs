@@ -204,10 +204,7 @@ pub(crate) async fn resolve<D: Dialect>(
     // A purge lets the next delivery of the run flow.
     let again = unblock::<D>(conn, streams).await?;
     audit::name_dead_letters::<D>(conn, &mut entry, done).await?;
-    Ok((
-        entry,
-        again,
-    ))
+    Ok((entry, again))
 }
 
 pub(crate) fn action_name(action: Resolution) -> &'static str {
@@ -233,7 +230,6 @@ pub(crate) async fn audit_log<D: Dialect>(
     .map(audit::from_row::<D>)
     .collect()
 }
-
 
 pub(crate) async fn pending_envelopes<D: Dialect>(
     pool: &Pool<D::DB>,

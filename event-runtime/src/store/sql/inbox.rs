@@ -59,7 +59,8 @@ pub(crate) async fn take_dead_letters<D: Dialect>(
     reason: &str,
     now: i64,
 ) -> Result<(AuditEntry, Vec<TakenDeadLetter>), StoreError> {
-    const TAKE: &str = "UPDATE event_dead_letters SET resolved_at = $1, resolution = 'replayed', audit_id = $2
+    const TAKE: &str =
+        "UPDATE event_dead_letters SET resolved_at = $1, resolution = 'replayed', audit_id = $2
          WHERE id = $3 AND resolved_at IS NULL AND kind = 'inbox' AND ($4 IS NULL OR handler = $4)
          RETURNING envelope, origin";
     let mut entry = audit::insert::<D>(

@@ -31,8 +31,8 @@ use self::exec::{Arg, SqlExec, SqlxQuery};
 use self::portable::{portable_execute, portable_fetch};
 use super::backend::{
     Backend, BackendTransaction, ClaimRequest, ClaimedDelivery, DestinationOperation,
-    DestinationPage, InboxDeadLetter, NewEvent, Pause, PlaceQuery, PurgeStep,
-    ResolutionSelection, SettleResult, Settlement, TakenDeadLetter,
+    DestinationPage, InboxDeadLetter, NewEvent, Pause, PlaceQuery, PurgeStep, ResolutionSelection,
+    SettleResult, Settlement, TakenDeadLetter,
 };
 use super::query::Row;
 use super::types::{
@@ -501,10 +501,7 @@ impl<D: Dialect> Backend for SqlStore<D> {
         resolution::finish::<D>(&self.pool, audit_id, now).await
     }
 
-    async fn undelivered_event_names(
-        &self,
-        destination: &str,
-    ) -> Result<Vec<String>, StoreError> {
+    async fn undelivered_event_names(&self, destination: &str) -> Result<Vec<String>, StoreError> {
         retarget::undelivered_event_names::<D>(&self.pool, destination).await
     }
 

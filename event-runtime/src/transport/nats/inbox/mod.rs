@@ -14,8 +14,8 @@ use async_nats::jetstream::{self, consumer::pull, AckKind};
 use futures_util::StreamExt;
 use tokio_util::sync::CancellationToken;
 
-pub use config::{InboxConfig, ReceivedBatch};
 pub use crate::inbox::InboxReport;
+pub use config::{InboxConfig, ReceivedBatch};
 pub(crate) use identity::observe;
 use identity::{created, describe_observed, same_time};
 
