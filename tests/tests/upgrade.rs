@@ -28,13 +28,25 @@ async fn ledger(envelope: &Envelope<Deposited>, tx: &mut Tx) -> Result<(), Handl
     if envelope.event().refuse {
         return Err(HandlerError::permanent_msg("account frozen"));
     }
+    let e = envelope.event();
+    book(tx, envelope.id(), &e.account, envelope.sequence(), e.amount).await
+}
+
+/// One row of `upgrade_ledger`.
+async fn book(
+    tx: &mut Tx,
+    event_id: uuid::Uuid,
+    account: &str,
+    seq: u64,
+    amount: i64,
+) -> Result<(), HandlerError> {
     tx.execute(
         "INSERT INTO upgrade_ledger (event_id, account, seq, amount) VALUES ($1, $2, $3, $4)",
         &[
-            SqlValue::Text(&envelope.id().to_string()),
-            SqlValue::Text(&envelope.event().account),
-            SqlValue::Int(envelope.sequence() as i64),
-            SqlValue::Int(envelope.event().amount),
+            SqlValue::Text(&event_id.to_string()),
+            SqlValue::Text(account),
+            SqlValue::Int(seq as i64),
+            SqlValue::Int(amount),
         ],
     )
     .await?;
@@ -60,17 +72,15 @@ async fn withdrawals(envelope: &Envelope<Withdrawn>, tx: &mut Tx) -> Result<(), 
     if envelope.event().refuse {
         return Err(HandlerError::permanent_msg("account frozen"));
     }
-    tx.execute(
-        "INSERT INTO upgrade_ledger (event_id, account, seq, amount) VALUES ($1, $2, $3, $4)",
-        &[
-            SqlValue::Text(&envelope.id().to_string()),
-            SqlValue::Text(&envelope.event().account),
-            SqlValue::Int(envelope.sequence() as i64),
-            SqlValue::Int(-envelope.event().amount),
-        ],
+    let e = envelope.event();
+    book(
+        tx,
+        envelope.id(),
+        &e.account,
+        envelope.sequence(),
+        -e.amount,
     )
-    .await?;
-    Ok(())
+    .await
 }
 
 const SQLITE: &str = include_str!("../upgrade/v0.1.0/sqlite.sql");

@@ -81,7 +81,7 @@ async fn connect(url: String, options: ConnectOptions) -> Result<Arc<dyn Backend
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
     };
-    let pool = SqlitePoolOptions::new()
+    let pool_options = SqlitePoolOptions::new()
         .max_connections(if memory {
             1
         } else {
@@ -90,11 +90,34 @@ async fn connect(url: String, options: ConnectOptions) -> Result<Arc<dyn Backend
         .min_connections(if memory { 1 } else { 0 })
         .idle_timeout((!memory).then_some(Duration::from_secs(600)))
         .max_lifetime((!memory).then_some(Duration::from_secs(1800)))
-        .acquire_timeout(Duration::from_secs(60))
-        .connect_with(connect)
-        .await
-        .map_err(db)?;
+        .acquire_timeout(Duration::from_secs(60));
+    // Another process creating the same fresh file at this moment can make the first
+    // connection's set-up (switching the file to WAL) find it locked, which SQLite reports at
+    // once rather than after the busy timeout: try again, a few times.
+    let mut tries = 0;
+    let pool = loop {
+        match pool_options.clone().connect_with(connect.clone()).await {
+            Ok(pool) => break pool,
+            Err(e) if tries < 8 && busy(&e) => {
+                tries += 1;
+                tracing::debug!(error = %e, tries, "opening SQLite raced another process; trying again");
+                tokio::time::sleep(Duration::from_millis(50 * tries)).await;
+            }
+            Err(e) => return Err(db(e)),
+        }
+    };
     Ok(Arc::new(SqlStore::<SqliteDialect>::new(pool)))
+}
+
+/// SQLITE_BUSY, or one of its extended codes (`database is locked`).
+fn busy(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(d) => d
+            .code()
+            .and_then(|c| c.parse::<i64>().ok())
+            .is_some_and(|c| c & 0xff == 5),
+        _ => false,
+    }
 }
 
 /// A store over an SQLite pool configured elsewhere.
@@ -134,21 +157,27 @@ impl Dialect for SqliteDialect {
     async fn migrate(pool: &Pool<Sqlite>) -> Result<(), StoreError> {
         // sqlx's migrator takes no lock on SQLite: two processes starting on a fresh file both
         // find a migration missing, and the second one's transaction fails on what the first
-        // one created (`table event_outbox already exists`) and rolls back. Each migration is
-        // one transaction, so running again finds it applied: try again, a few times.
+        // one created (`table event_outbox already exists`) and rolls back, or finds the file
+        // locked (`database is locked`: a deferred transaction that must upgrade to a write
+        // while another process writes gets SQLITE_BUSY at once, whatever the busy timeout).
+        // Each migration is one transaction, so running again finds it applied: try again
+        // (adopting the 0.1.0 migration rows too), a few times.
         let migrator = Self::migrator();
         let versions: Vec<i64> = migrator.iter().map(|m| m.version).collect();
         let mut tries = 0;
         loop {
-            adopt_migrations(pool, &versions).await?;
-            match migrator.run(pool).await {
+            let attempt = async {
+                adopt_migrations(pool, &versions).await?;
+                migrator.run(pool).await.map_err(StoreError::from)
+            };
+            match attempt.await {
                 Ok(()) => return Ok(()),
-                Err(e) if tries < 5 => {
+                Err(e) if tries < 8 => {
                     tries += 1;
                     tracing::debug!(error = %e, tries, "migrating raced another process; trying again");
                     tokio::time::sleep(std::time::Duration::from_millis(50 * tries)).await;
                 }
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(e),
             }
         }
     }

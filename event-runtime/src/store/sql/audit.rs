@@ -27,6 +27,20 @@ pub(crate) struct NewAudit<'a> {
     pub(crate) finished: bool,
 }
 
+impl<'a> NewAudit<'a> {
+    /// An operation done in one transaction, naming no selection: finished at `now`.
+    pub(crate) fn finished(action: &'a str, actor: &'a str, reason: &'a str, now: i64) -> Self {
+        NewAudit {
+            action,
+            actor,
+            reason,
+            now,
+            selection: None,
+            finished: true,
+        }
+    }
+}
+
 /// Appends `a` on `conn` (naming no dead letters, count 0) and returns it.
 pub(crate) async fn insert<D: Dialect>(
     conn: &mut Conn<D>,

@@ -179,18 +179,8 @@ pub(crate) async fn resolve<D: Dialect>(
     progress: &mut (dyn FnMut(usize) + Send),
 ) -> Result<(AuditEntry, Vec<StreamKey>), StoreError> {
     let action_name = action_name(action);
-    let mut entry = audit::insert::<D>(
-        conn,
-        &NewAudit {
-            action: action_name,
-            actor,
-            reason,
-            now,
-            selection: None,
-            finished: true,
-        },
-    )
-    .await?;
+    let mut entry =
+        audit::insert::<D>(conn, &NewAudit::finished(action_name, actor, reason, now)).await?;
     let audit_id = entry.id;
     let mut done = Vec::new();
     let mut streams = Vec::new();

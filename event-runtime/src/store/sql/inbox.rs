@@ -63,18 +63,8 @@ pub(crate) async fn take_dead_letters<D: Dialect>(
         "UPDATE event_dead_letters SET resolved_at = $1, resolution = 'replayed', audit_id = $2
          WHERE id = $3 AND resolved_at IS NULL AND kind = 'inbox' AND ($4 IS NULL OR handler = $4)
          RETURNING envelope, origin";
-    let mut entry = audit::insert::<D>(
-        conn,
-        &NewAudit {
-            action: "replay",
-            actor,
-            reason,
-            now,
-            selection: None,
-            finished: true,
-        },
-    )
-    .await?;
+    let mut entry =
+        audit::insert::<D>(conn, &NewAudit::finished("replay", actor, reason, now)).await?;
     let mut taken = Vec::new();
     for &id in ids {
         let r = rows::<D>(
@@ -200,14 +190,7 @@ pub(crate) async fn adopt_identity<D: Dialect>(
     execute::<D>(&mut tx, SQL, &identity_args(i, now)).await?;
     let entry = audit::insert::<D>(
         &mut tx,
-        &NewAudit {
-            action: "inbox-adopt",
-            actor,
-            reason,
-            now,
-            selection: None,
-            finished: true,
-        },
+        &NewAudit::finished("inbox-adopt", actor, reason, now),
     )
     .await?;
     tx.commit().await.map_err(db)?;

@@ -164,13 +164,5 @@ async fn audited<D: Dialect>(
     now: i64,
 ) -> Result<AuditEntry, StoreError> {
     let reason = format!("{destination}: {reason}");
-    let a = NewAudit {
-        action,
-        actor,
-        reason: &reason,
-        now,
-        selection: None,
-        finished: true,
-    };
-    audit::insert::<D>(conn, &a).await
+    audit::insert::<D>(conn, &NewAudit::finished(action, actor, &reason, now)).await
 }
