@@ -1544,3 +1544,93 @@ async fn an_inbox_conflict_shows_its_broker_metadata_and_what_conflicts() {
         "{row}"
     );
 }
+
+/// The application's outbox, as an embedding application gives it to its tool: it knows
+/// `parcel.sent` now (`cli_test.count` takes it).
+fn counting_outbox(store: Store) -> Result<Outbox, event_runtime::OutboxError> {
+    Outbox::builder(store)
+        .dispatcher(Dispatcher::builder_empty().handler::<count>())
+        .build()
+}
+
+/// A transport inbox's dead letter (a `parcel.sent` received while the application did not
+/// know that event) is replayed by `dlq replay ID` of the application's own tool when it gives
+/// its outbox (`App::outbox`), through the inbox core and with no broker; the standalone tool
+/// skips it and says why.
+#[tokio::test]
+async fn dlq_replay_of_an_inbox_dead_letter_goes_through_the_applications_outbox() {
+    use event_runtime::inbox::{Incoming, Origin, Verdict};
+    let db = Db::sqlite("inbox_replay").await;
+    let unaware = Outbox::builder(db.store.clone())
+        .dispatcher(Dispatcher::builder_empty())
+        .build()
+        .unwrap();
+    let envelope = event_core::Envelope::new(ParcelSent {
+        parcel: "p-1".into(),
+        address: "1 Rue de Rivoli".into(),
+    })
+    .with_sequence(1)
+    .with_source("urn:test:shop");
+    let body = serde_json::to_vec(&envelope).unwrap();
+    let receipt = unaware
+        .receive(
+            "queue:billing",
+            vec![Incoming::new(body, Origin::new("queue", "parcels", 9))],
+        )
+        .await;
+    assert_eq!(
+        receipt.verdicts,
+        [Verdict::DeadLettered(
+            event_runtime::DeadLetterReason::UnknownEvent
+        )]
+    );
+    let id = db.open_dead_letters().await[0].id.to_string();
+    let replay = [
+        "dlq",
+        "replay",
+        id.as_str(),
+        "--reason",
+        "deployed",
+        "--actor",
+        "ops",
+    ];
+
+    let r = db.cli(&replay).await;
+    ok(&r);
+    assert!(
+        r.2.contains("does not know where the application routes it"),
+        "{}",
+        r.2
+    );
+    assert_eq!(db.open_dead_letters().await.len(), 1);
+
+    let registry = Registry::builder().handler::<count>().build().unwrap();
+    let args: Vec<String> = ["events", "--database", db.url.as_str()]
+        .iter()
+        .chain(&replay)
+        .map(|s| (*s).to_owned())
+        .collect();
+    let app = App::embedded("billing events", &registry).outbox(&counting_outbox);
+    let r = run(args, app).await;
+    ok(&r);
+    assert!(
+        r.1.contains(&format!(
+            "replayed 1 inbox dead letter through the inbox core: {id} (1 new events"
+        )),
+        "{}",
+        r.1
+    );
+    assert!(db.open_dead_letters().await.is_empty());
+    let origin = db
+        .store
+        .received_origin(envelope.id())
+        .await
+        .unwrap()
+        .expect("the replayed event keeps its origin");
+    assert_eq!(origin.position, 9);
+    let audit = db.store.audit_log(5).await.unwrap();
+    assert_eq!(
+        (audit[0].action.as_str(), audit[0].actor.as_str()),
+        ("replay", "ops")
+    );
+}

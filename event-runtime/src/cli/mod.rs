@@ -229,13 +229,31 @@ use format::{join_ids, join_names};
 /// The environment variable read when `--database` is not given.
 pub const DATABASE_ENV: &str = "EVENTS_DATABASE_URL";
 
+/// How an embedding application builds its [`Outbox`](crate::Outbox) over the store the
+/// tool opened (its dispatcher, resources and destinations, as at start-up).
+pub type OutboxFactory<'a> =
+    &'a (dyn Fn(crate::Store) -> Result<crate::Outbox, crate::OutboxError> + Send + Sync);
+
 /// The program the commands run in: its name (shown in help and messages) and, when embedded
-/// in an application, its [`Registry`] of event types.
-#[derive(Debug, Clone, Copy)]
+/// in an application, its [`Registry`] of event types and, optionally, how it builds its
+/// outbox ([`outbox`](Self::outbox)).
+#[derive(Clone, Copy)]
 pub struct App<'a> {
     name: &'a str,
     registry: Option<&'a Registry>,
     default_database: Option<&'a str>,
+    outbox: Option<OutboxFactory<'a>>,
+}
+
+impl std::fmt::Debug for App<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("App")
+            .field("name", &self.name)
+            .field("registry", &self.registry.is_some())
+            .field("default_database", &self.default_database)
+            .field("outbox", &self.outbox.is_some())
+            .finish()
+    }
 }
 
 impl<'a> App<'a> {
@@ -245,6 +263,7 @@ impl<'a> App<'a> {
             name: "events",
             registry: None,
             default_database: None,
+            outbox: None,
         }
     }
 
@@ -255,6 +274,7 @@ impl<'a> App<'a> {
             name,
             registry: Some(registry),
             default_database: None,
+            outbox: None,
         }
     }
 
@@ -262,6 +282,28 @@ impl<'a> App<'a> {
     /// application's own default).
     pub fn default_database(mut self, url: &'a str) -> Self {
         self.default_database = Some(url);
+        self
+    }
+
+    /// How the application builds its outbox over a store: with it, `dlq replay ID` replays
+    /// a transport inbox's dead letters too, through the inbox core
+    /// ([`Outbox::replay_inbox_dead_letters`](crate::Outbox::replay_inbox_dead_letters):
+    /// decoded by the application's registry, committed to its local handlers; no broker is
+    /// needed). Without it the tool skips them and says so (it cannot know where the
+    /// application routes a received event).
+    ///
+    /// ```no_run
+    /// # use event_runtime::{cli::App, Dispatcher, Outbox, OutboxError, Registry, Store};
+    /// fn outbox(store: Store) -> Result<Outbox, OutboxError> {
+    ///     Outbox::builder(store).dispatcher(Dispatcher::builder()).build()
+    /// }
+    /// # async fn run(registry: Registry) {
+    /// let app = App::embedded("billing events", &registry).outbox(&outbox);
+    /// event_runtime::cli::run(std::env::args().skip(1), app).await;
+    /// # }
+    /// ```
+    pub fn outbox(mut self, build: OutboxFactory<'a>) -> Self {
+        self.outbox = Some(build);
         self
     }
 
@@ -273,6 +315,11 @@ impl<'a> App<'a> {
     /// The application's event types, when embedded.
     pub fn registry(&self) -> Option<&'a Registry> {
         self.registry
+    }
+
+    /// How the application builds its outbox, when it said ([`outbox`](Self::outbox)).
+    pub fn outbox_factory(&self) -> Option<OutboxFactory<'a>> {
+        self.outbox
     }
 }
 
@@ -306,6 +353,11 @@ pub enum CliError {
     /// A query failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The application's outbox refused ([`App::outbox`]): it could not be built, or a
+    /// replay through its inbox core failed (a dead letter that still does not decode, a
+    /// place still taken); nothing was replayed then.
+    #[error(transparent)]
+    Outbox(#[from] crate::OutboxError),
     /// No dead letter has this id.
     #[error("no dead letter with id {}", join_ids(.0, 20))]
     NotFound(Vec<i64>),

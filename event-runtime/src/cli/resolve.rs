@@ -79,6 +79,7 @@ pub(super) async fn resolve(
     ids.sort_unstable();
     ids.dedup();
     let mut open = Vec::with_capacity(ids.len());
+    let mut received = Vec::new();
     let mut missing = Vec::new();
     for id in ids {
         match store.dead_letter_by_id(id).await? {
@@ -91,20 +92,42 @@ pub(super) async fn resolve(
                     d.resolved_at.map(time).unwrap_or_default()
                 )?;
             }
-            // A received message has no delivery to replay: the application decodes it and
-            // commits it again (the tool has no registry of its handlers to route it).
+            // A received message has no delivery to replay: the application's inbox core
+            // decodes it and commits it again, when the application gave its outbox.
             Some(d) if action == Resolution::Replay && d.origin.is_some() => {
-                writeln!(
-                    io.err,
-                    "warning: dead letter {id} is a message {} could not accept; skipped: the application replays it (Outbox::replay_inbox_dead_letters, or NatsInbox::replay_dead_letters), or purge it here",
-                    d.handler
-                )?;
+                if app.outbox_factory().is_some() {
+                    received.push(id);
+                } else {
+                    writeln!(
+                        io.err,
+                        "warning: dead letter {id} is a message {} could not accept; skipped: this tool does not know where the application routes it — replay it with the application's tool (cli::App::outbox) or Outbox::replay_inbox_dead_letters, or purge it here",
+                        d.handler
+                    )?;
+                }
             }
             Some(_) => open.push(id),
         }
     }
     if !missing.is_empty() {
         return Err(CliError::NotFound(missing));
+    }
+    if let (Some(build), false) = (app.outbox_factory(), received.is_empty()) {
+        let outbox = build(store.clone())?;
+        let r = outbox
+            .replay_inbox_dead_letters(&received, &actor, reason)
+            .await?;
+        writeln!(
+            io.out,
+            "replayed {} inbox dead letter{} through the inbox core: {} ({} new events, {} already in the outbox)",
+            received.len(),
+            if received.len() == 1 { "" } else { "s" },
+            join_ids(&received, 20),
+            r.appended,
+            r.duplicates
+        )?;
+        if open.is_empty() {
+            return Ok(());
+        }
     }
     if open.is_empty() {
         writeln!(
