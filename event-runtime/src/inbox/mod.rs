@@ -2,7 +2,7 @@
 //! service's outbox, with a verdict per message.
 //!
 //! A transport's inbox is an adapter around it: it fetches messages from its broker, hands
-//! them to [`Outbox::receive`] as [`Incoming`] messages (the body as received, its content
+//! them to [`Outbox::receive`](crate::Outbox::receive) as [`Incoming`] messages (the body as received, its content
 //! type, and its [`Origin`]), and settles each with the broker as its [`Verdict`] says —
 //! acknowledge [`Accepted`](Verdict::Accepted) and [`Duplicate`](Verdict::Duplicate),
 //! terminate (never redeliver) [`DeadLettered`](Verdict::DeadLettered), give back
@@ -28,7 +28,7 @@
 //!   None of these blocks the rest of the batch.
 //!
 //! A dead letter of an inbox is replayed through the core as well — no broker connection is
-//! needed: [`Outbox::replay_inbox_dead_letters`] decodes it again (after a deploy that knows
+//! needed: [`Outbox::replay_inbox_dead_letters`](crate::Outbox::replay_inbox_dead_letters) decodes it again (after a deploy that knows
 //! its type) and commits it as if just received, with its origin.
 //!
 //! ```

@@ -65,7 +65,7 @@ pub struct NewEvent {
     /// The destinations that get a delivery row.
     pub routes: Vec<Route>,
     /// Where an event a transport's inbox received came from: the JSON of an
-    /// [`Origin`](crate::inbox::Origin), stored in the `origin` column; `None` for this
+    /// [`Origin`], stored in the `origin` column; `None` for this
     /// service's own events.
     pub origin: Option<String>,
 }

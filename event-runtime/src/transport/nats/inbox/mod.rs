@@ -278,7 +278,7 @@ impl NatsInbox {
     /// unknown name or version (`unknown_event`), and one whose (aggregate, sequence) the
     /// outbox already holds under another event id, or that an earlier message of the batch
     /// claims (`conflict`; a producer that re-published its events with new ids). When the
-    /// batch's commit fails with [`StoreError::Conflict`], the messages of the aggregate it
+    /// batch's commit fails with [`StoreError::Conflict`](crate::StoreError::Conflict), the messages of the aggregate it
     /// names (all of them, when it names none) are taken out, the rest is committed, and those
     /// are committed one at a time in stream order: each that conflicts becomes a dead letter
     /// (in a transaction of its own) instead of blocking the stream.
