@@ -11,6 +11,11 @@
 //! exact decimal strings: equal to what `orders` reports once every order shipped),
 //! `received`, `duplicates_skipped` and `dead_lettered`.
 //!
+//! `billing events …` is the runtime's operations tool on billing's database (as `events`, with
+//! billing's event types and outbox): `billing events dlq replay ID --reason …` replays a
+//! message the inbox dead-lettered (an event type this build did not know) through the inbox
+//! core, with no broker connection.
+//!
 //! `--crash-after N` aborts the process after N received messages are committed, before
 //! they are acknowledged; running it again redelivers them, skips them as duplicates, and
 //! finishes with exact totals.
@@ -31,9 +36,11 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use event_core::{event_handler, HandlerError};
+use event_runtime::cli::App;
 use event_runtime::transport::nats::{self, InboxConfig, InboxReport, NatsInbox};
 use event_runtime::{
-    ConnectOptions, Dispatcher, Outbox, OutboxConfig, RetryPolicy, SqlValue, Store, Tx,
+    ConnectOptions, Dispatcher, Outbox, OutboxConfig, OutboxError, Registry, RetryPolicy, SqlValue,
+    Store, Tx,
 };
 use examples::orders::domain::{LineAdded, OrderPlacedV2, OrderShipped};
 use rust_decimal::Decimal;
@@ -52,7 +59,7 @@ struct Args {
     #[arg(long, value_name = "NAME", default_value = "EVENTS")]
     stream: String,
     /// This service's database: sqlite://PATH or postgres://USER@HOST/DB.
-    #[arg(long, value_name = "URL", default_value = "sqlite://billing.db")]
+    #[arg(long, value_name = "URL", default_value = DEFAULT_DATABASE)]
     database: String,
     /// PostgreSQL only: keep every table in this schema.
     #[arg(long, value_name = "NAME")]
@@ -159,22 +166,11 @@ struct Summary {
     elapsed_ms: u64,
 }
 
-async fn run(args: &Args) -> Result<Summary, Box<dyn std::error::Error>> {
-    let started = Instant::now();
-    let mut options = ConnectOptions::default();
-    if let Some(schema) = &args.schema {
-        options = options.schema(schema);
-    }
-    let store = Store::connect_with(&args.database, &options).await?;
-    let mut tx = store.begin().await?;
-    if store.backend_name() == "postgres" {
-        tx.query(TABLES_LOCK).fetch_all().await?;
-    }
-    for sql in TABLES {
-        tx.execute(sql, &[]).await?;
-    }
-    tx.commit().await?;
-    let outbox = Outbox::builder(store.clone())
+/// Billing's outbox over `store`: its three handlers (the events of `orders` it takes, and no
+/// other handler of the program), and its configuration. Also what `billing events` replays
+/// inbox dead letters with.
+fn outbox(store: Store) -> Result<Outbox, OutboxError> {
+    Outbox::builder(store)
         .dispatcher(
             Dispatcher::builder_empty()
                 .event::<OrderPlacedV2>()
@@ -194,7 +190,54 @@ async fn run(args: &Args) -> Result<Summary, Box<dyn std::error::Error>> {
                 .poll_interval(Duration::from_millis(20))
                 .source("urn:example:billing"),
         )
-        .build()?;
+        .build()
+}
+
+/// `billing events …`: the runtime's operations tool with billing's event types and outbox,
+/// so that `dlq replay ID` replays the inbox's dead letters too (through the inbox core, no
+/// broker needed), on billing's default database.
+async fn events(argv: Vec<std::ffi::OsString>) -> ExitCode {
+    let registry = match Registry::builder()
+        .event::<OrderPlacedV2>()
+        .event::<LineAdded>()
+        .event::<OrderShipped>()
+        .handler::<record_order>()
+        .handler::<record_line>()
+        .handler::<invoice>()
+        .build()
+    {
+        Ok(registry) => registry,
+        Err(e) => {
+            eprintln!("error: {}", event_core::ErrorChain(&e));
+            return ExitCode::FAILURE;
+        }
+    };
+    let app = App::embedded("billing events", &registry)
+        .default_database(DEFAULT_DATABASE)
+        .outbox(&outbox);
+    // `events` takes the place of the program name: `billing events dlq list` runs `dlq list`.
+    event_runtime::cli::run(argv.into_iter().skip(1), app).await
+}
+
+/// The database `--database` defaults to.
+const DEFAULT_DATABASE: &str = "sqlite://billing.db";
+
+async fn run(args: &Args) -> Result<Summary, Box<dyn std::error::Error>> {
+    let started = Instant::now();
+    let mut options = ConnectOptions::default();
+    if let Some(schema) = &args.schema {
+        options = options.schema(schema);
+    }
+    let store = Store::connect_with(&args.database, &options).await?;
+    let mut tx = store.begin().await?;
+    if store.backend_name() == "postgres" {
+        tx.query(TABLES_LOCK).fetch_all().await?;
+    }
+    for sql in TABLES {
+        tx.execute(sql, &[]).await?;
+    }
+    tx.commit().await?;
+    let outbox = outbox(store.clone())?;
     let client = nats::connect(&args.nats, "billing").await?;
     let js = async_nats::jetstream::new(client.clone());
     let inbox = NatsInbox::new(
@@ -297,6 +340,10 @@ async fn run(args: &Args) -> Result<Summary, Box<dyn std::error::Error>> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if argv.get(1).is_some_and(|a| a == "events") {
+        return events(argv).await;
+    }
     examples::init_logging("warn");
     let args = Args::parse();
     match run(&args).await {
@@ -306,7 +353,7 @@ async fn main() -> ExitCode {
                 println!("  {region:<10} {revenue:>14}");
             }
             println!(
-                "received {} messages: {} new events, {} duplicates skipped; {} dead letters",
+                "this run received {} messages: {} new events, {} duplicates skipped; {} open dead letters in the queue",
                 s.received, s.appended, s.duplicates_skipped, s.dead_lettered
             );
             println!("summary: {}", serde_json::to_string(&s).unwrap_or_default());

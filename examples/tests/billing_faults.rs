@@ -2,7 +2,8 @@
 //! any number of instances at once: two instances starting together on a fresh PostgreSQL
 //! database both start (10 tries out of 10), a stream deleted and created anew ends the next
 //! run with an error naming both identities, and a broker stopped while it runs ends it with an
-//! error instead of a partial summary.
+//! error instead of a partial summary. `billing events dlq replay` replays an inbox dead letter
+//! with no broker.
 //!
 //! Needs `EVENTS_TEST_NATS_URL` (and `EVENTS_TEST_POSTGRES_URL` for the PostgreSQL case) and the
 //! built examples (`cargo test -p examples` builds them); says why it is skipped without them,
@@ -215,4 +216,78 @@ fn a_broker_stopped_while_billing_runs_ends_it_with_an_error_not_a_partial_summa
     );
     assert!(started.elapsed() < Duration::from_secs(60), "{shown}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `billing events dlq replay ID` replays a message billing's inbox dead-lettered — here an
+/// `order.shipped` received by a build that did not know that event — through the inbox core,
+/// with no broker: the event is committed with its origin, its dead letter resolved, and its
+/// delivery to `billing.invoice` waits for billing's workers.
+#[test]
+fn billing_events_replays_an_inbox_dead_letter_without_a_broker() {
+    let test = "billing_events_replay";
+    let Some(bin) = billing_binary(test) else {
+        return;
+    };
+    use event_runtime::inbox::{Incoming, Origin, Verdict};
+    let path = std::env::temp_dir().join(format!("{}.db", unique("billing_events_")));
+    let url = format!("sqlite://{}", path.display());
+    let envelope = event_core::Envelope::new(examples::orders::domain::OrderShipped {
+        order_id: "CA-2017-1".into(),
+        ship_date: chrono::NaiveDate::from_ymd_opt(2017, 1, 3).unwrap(),
+        ship_mode: "Same Day".into(),
+    })
+    .with_sequence(3)
+    .with_source("urn:example:orders");
+    let id = runtime().block_on(async {
+        let store = event_runtime::Store::connect(&url).await.unwrap();
+        let unaware = event_runtime::Outbox::builder(store.clone())
+            .dispatcher(event_runtime::Dispatcher::builder_empty())
+            .build()
+            .unwrap();
+        let body = serde_json::to_vec(&envelope).unwrap();
+        let origin = Origin::new("nats", "EVENTS", 42).attribute("subject", "events.order.shipped");
+        let receipt = unaware
+            .receive("nats-inbox:billing", vec![Incoming::new(body, origin)])
+            .await;
+        assert!(matches!(receipt.verdicts[0], Verdict::DeadLettered(_)));
+        store.dead_letters(&Default::default()).await.unwrap()[0].id
+    });
+    let out = Command::new(&bin)
+        .args(["events", "--database", &url, "dlq", "replay"])
+        .arg(id.to_string())
+        .args(["--reason", "order.shipped deployed", "--actor", "ops"])
+        .output()
+        .unwrap();
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(
+        t.contains(&format!(
+            "replayed 1 inbox dead letter through the inbox core: {id} (1 new events"
+        )),
+        "{t}"
+    );
+    runtime().block_on(async {
+        let store = event_runtime::Store::connect(&url).await.unwrap();
+        assert!(store
+            .dead_letters(&Default::default())
+            .await
+            .unwrap()
+            .is_empty());
+        let origin = store
+            .received_origin(envelope.id())
+            .await
+            .unwrap()
+            .expect("the replayed event keeps its origin");
+        assert_eq!((origin.source.as_str(), origin.position), ("EVENTS", 42));
+        let stats = store.stats().await.unwrap();
+        let invoice = stats
+            .handlers
+            .iter()
+            .find(|h| h.handler == "billing.invoice")
+            .expect("a delivery to billing.invoice");
+        assert_eq!(invoice.pending, 1, "{stats:?}");
+    });
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
 }

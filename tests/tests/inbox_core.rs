@@ -7,12 +7,13 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use event_core::{event_handler, DomainEvent, Envelope, HandlerError};
 use event_runtime::inbox::{Incoming, Origin, Verdict};
+use event_runtime::testing::{FaultAction, FaultPoint};
 use event_runtime::{DeadLetterReason, Dispatcher, Outbox, OutboxError, SqlValue, Store, Tx};
 use serde::{Deserialize, Serialize};
 
@@ -70,7 +71,11 @@ async fn lost(envelope: &Envelope<ParcelLost>, tx: &mut Tx) -> Result<(), Handle
 
 const INBOX: &str = "queue:warehouse";
 
+/// Unit-of-work commits, counted by the fault-injection hook.
+static COMMITS: AtomicUsize = AtomicUsize::new(0);
+
 /// The consuming service; `knows_lost`: a later deploy that knows `coretest.parcel_lost`.
+/// Envelopes over 2 KiB are refused.
 fn consumer(store: &Store, knows_lost: bool, flaky: Arc<Flaky>) -> Outbox {
     let mut dispatcher = Dispatcher::builder_empty().handler::<weigh>();
     if knows_lost {
@@ -79,6 +84,13 @@ fn consumer(store: &Store, knows_lost: bool, flaky: Arc<Flaky>) -> Outbox {
     Outbox::builder(store.clone())
         .dispatcher(dispatcher)
         .resource_arc(flaky)
+        .config(event_runtime::OutboxConfig::default().max_envelope_bytes(2048))
+        .fault_injection(|point| {
+            if point == FaultPoint::AfterCommit {
+                COMMITS.fetch_add(1, Ordering::SeqCst);
+            }
+            FaultAction::Continue
+        })
         .build()
         .unwrap()
 }
@@ -224,8 +236,46 @@ async fn a_second_transport_is_an_adapter_around_the_core() {
         let redelivered = outbox.receive(INBOX, vec![message(&a3, 7)]).await;
         assert_eq!(redelivered.verdicts, [Verdict::Accepted], "{label}");
 
+        // What the commit would refuse whatever the rest (an envelope over the limit, U+0000
+        // in an aggregate id) is set aside before it: the batch still commits at once.
+        let before = COMMITS.load(Ordering::SeqCst);
+        let big = sent(&"x".repeat(4096), 1, 1);
+        let nul = sent("p-\u{0}", 1, 1);
+        let a4 = sent("p-1", 4, 400);
+        let mixed = outbox
+            .receive(
+                INBOX,
+                vec![message(&big, 8), message(&a4, 9), message(&nul, 10)],
+            )
+            .await;
+        assert!(mixed.error.is_none(), "{label}: {:?}", mixed.error);
+        assert_eq!(
+            mixed.verdicts,
+            [
+                Verdict::DeadLettered(DeadLetterReason::Undecodable),
+                Verdict::Accepted,
+                Verdict::DeadLettered(DeadLetterReason::Undecodable),
+            ],
+            "{label}"
+        );
+        assert_eq!(COMMITS.load(Ordering::SeqCst) - before, 1, "{label}");
+        let refused = store.dead_letters(&Default::default()).await.unwrap();
+        let (big, nul) = (&refused[refused.len() - 2], &refused[refused.len() - 1]);
+        assert!(
+            big.error_chain
+                .iter()
+                .any(|c| c.contains("over the limit of 2048 bytes")),
+            "{label}: {:?}",
+            big.error_chain
+        );
+        assert!(
+            nul.error_chain[0].contains("was refused when committed into this outbox"),
+            "{label}: {:?}",
+            nul.error_chain
+        );
+
         outbox.drain(Duration::from_secs(10)).await.unwrap();
-        assert_eq!(weights(&store).await, 600, "{label}");
+        assert_eq!(weights(&store).await, 1000, "{label}");
 
         // A deploy that knows `coretest.parcel_lost` replays its dead letter: no broker, the
         // origin kept.
@@ -234,19 +284,21 @@ async fn a_second_transport_is_an_adapter_around_the_core() {
             .replay_inbox_dead_letters(&[dead[1].id], "ops", "parcel_lost deployed")
             .await
             .unwrap();
-        assert_eq!(r.appended, 1, "{label}");
+        assert_eq!((r.received, r.appended), (1, 1), "{label}");
         let o = store
             .received_origin(lost_1.id())
             .await
             .unwrap()
             .expect("origin");
         assert_eq!(o.position, 4, "{label}");
-        // Replaying it again: it is no longer open, nothing happens.
+        // Replaying it again: it is no longer open, nothing happens, nothing is audited.
+        let audits = store.audit_log(100).await.unwrap().len();
         let r = deployed
             .replay_inbox_dead_letters(&[dead[1].id], "ops", "twice")
             .await
             .unwrap();
-        assert_eq!((r.appended, r.duplicates), (0, 0), "{label}");
+        assert_eq!((r.received, r.appended, r.duplicates), (0, 0, 0), "{label}");
+        assert_eq!(store.audit_log(100).await.unwrap().len(), audits, "{label}");
         // The conflict's place is still taken: the replay fails and changes nothing.
         let e = deployed
             .replay_inbox_dead_letters(&[dead[0].id], "ops", "try")
@@ -261,7 +313,7 @@ async fn a_second_transport_is_an_adapter_around_the_core() {
         );
         assert_eq!(
             store.dead_letters(&Default::default()).await.unwrap().len(),
-            3,
+            5,
             "{label}"
         );
         deployed.drain(Duration::from_secs(10)).await.unwrap();
@@ -275,5 +327,40 @@ async fn a_second_transport_is_an_adapter_around_the_core() {
             .unwrap();
         tx.rollback().await.unwrap();
         assert_eq!(n, Some(1), "{label}");
+
+        // Bodies without a readable event id at one position (a transport without positions,
+        // two partitions at one offset): each is a dead letter of its own; one redelivered
+        // adds none.
+        let at_0 = |body: &[u8], partition: &str| {
+            Incoming::new(
+                body.to_vec(),
+                Origin::new("queue", "parcels", 0).attribute("partition", partition),
+            )
+        };
+        let unnamed = deployed
+            .receive(
+                INBOX,
+                vec![
+                    at_0(b"garbage one", "0"),
+                    at_0(b"garbage two", "0"),
+                    at_0(b"garbage one", "1"),
+                ],
+            )
+            .await;
+        assert_eq!(unnamed.new_dead_letters(), 3, "{label}");
+        let again = deployed
+            .receive(INBOX, vec![at_0(b"garbage two", "0")])
+            .await;
+        assert_eq!(again.new_dead_letters(), 0, "{label}");
+
+        // A media type is case-insensitive, its parameters do not change it.
+        let typed = deployed
+            .receive(
+                INBOX,
+                vec![message(&sent("p-9", 1, 1), 20)
+                    .content_type("Application/CloudEvents+JSON; charset=utf-8")],
+            )
+            .await;
+        assert_eq!(typed.verdicts, [Verdict::Accepted], "{label}");
     }
 }

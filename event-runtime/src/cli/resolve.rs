@@ -72,7 +72,25 @@ pub(super) async fn resolve(
             bar.finish_and_clear();
         }
         let entry = entry.map_err(|e| interrupted(e, doing))?;
-        return report_matching(&entry, total, done, io);
+        // A replay leaves a transport inbox's dead letters open (they have no delivery): the
+        // application's inbox core replays them, when the application gave its outbox.
+        let mut inbox = 0;
+        if action == Resolution::Replay {
+            let left: Vec<i64> = store
+                .dead_letters(&filter)
+                .await?
+                .into_iter()
+                .filter(|d| d.origin.is_some())
+                .map(|d| d.id)
+                .collect();
+            inbox = left.len() as u64;
+            if !left.is_empty() && app.outbox_factory().is_none() {
+                writeln!(io.err, "warning: skipped {}", not_here(&left))?;
+            } else if !left.is_empty() {
+                replay_received(&store, app, &left, &actor, reason, io).await?;
+            }
+        }
+        return report_matching(&entry, total.saturating_sub(inbox), done, io);
     }
 
     let mut ids = args.ids.clone();
@@ -94,37 +112,15 @@ pub(super) async fn resolve(
             }
             // A received message has no delivery to replay: the application's inbox core
             // decodes it and commits it again, when the application gave its outbox.
-            Some(d) if action == Resolution::Replay && d.origin.is_some() => {
-                if app.outbox_factory().is_some() {
-                    received.push(id);
-                } else {
-                    writeln!(
-                        io.err,
-                        "warning: dead letter {id} is a message {} could not accept; skipped: this tool does not know where the application routes it — replay it with the application's tool (cli::App::outbox) or Outbox::replay_inbox_dead_letters, or purge it here",
-                        d.handler
-                    )?;
-                }
-            }
+            Some(d) if action == Resolution::Replay && d.origin.is_some() => received.push(id),
             Some(_) => open.push(id),
         }
     }
     if !missing.is_empty() {
         return Err(CliError::NotFound(missing));
     }
-    if let (Some(build), false) = (app.outbox_factory(), received.is_empty()) {
-        let outbox = build(store.clone())?;
-        let r = outbox
-            .replay_inbox_dead_letters(&received, &actor, reason)
-            .await?;
-        writeln!(
-            io.out,
-            "replayed {} inbox dead letter{} through the inbox core: {} ({} new events, {} already in the outbox)",
-            received.len(),
-            if received.len() == 1 { "" } else { "s" },
-            join_ids(&received, 20),
-            r.appended,
-            r.duplicates
-        )?;
+    if !received.is_empty() {
+        replay_received(&store, app, &received, &actor, reason, io).await?;
         if open.is_empty() {
             return Ok(());
         }
@@ -232,6 +228,49 @@ fn interrupted(e: crate::store::StoreError, doing: &str) -> CliError {
         doing: doing.to_owned(),
         source: e,
     }
+}
+
+/// Replays the transport inbox dead letters `ids` through the application's inbox core
+/// ([`App::outbox`]); refused, replaying nothing, when the application did not give its outbox
+/// (the tool cannot know where the application routes a received event).
+async fn replay_received(
+    store: &crate::Store,
+    app: &App<'_>,
+    ids: &[i64],
+    actor: &str,
+    reason: &str,
+    io: &mut Io<'_>,
+) -> Result<(), CliError> {
+    let Some(build) = app.outbox_factory() else {
+        return Err(CliError::Refused(format!(
+            "{}; nothing was replayed",
+            not_here(ids)
+        )));
+    };
+    let outbox = build(store.clone())?;
+    let r = outbox.replay_inbox_dead_letters(ids, actor, reason).await?;
+    writeln!(
+        io.out,
+        "replayed {} inbox dead letter{} through the inbox core: {} ({} new events, {} already in the outbox)",
+        ids.len(),
+        if ids.len() == 1 { "" } else { "s" },
+        join_ids(ids, 20),
+        r.appended,
+        r.duplicates
+    )?;
+    Ok(())
+}
+
+/// Why this tool does not replay the transport inbox dead letters `ids`.
+fn not_here(ids: &[i64]) -> String {
+    format!(
+        "dead letter{} {} {} a transport's inbox could not accept: the application's inbox core replays {}, and this tool has none — use the application's own tool (cli::App::outbox) or Outbox::replay_inbox_dead_letters, or purge {}",
+        if ids.len() == 1 { "" } else { "s" },
+        join_ids(ids, 20),
+        if ids.len() == 1 { "is a message" } else { "are messages" },
+        if ids.len() == 1 { "it" } else { "them" },
+        if ids.len() == 1 { "it" } else { "them" },
+    )
 }
 
 fn report_matching(

@@ -11,8 +11,12 @@
 //!
 //! What the core does for every transport:
 //! - decodes each body as a CloudEvents 1.0 JSON envelope (structured mode; a content type
-//!   other than `application/cloudevents+json` is refused) of an event this service's
-//!   registry knows, at a version it knows or can upcast;
+//!   other than `application/cloudevents+json`, compared case-insensitively and without its
+//!   parameters, is refused) of an event this service's registry knows, at a version it knows
+//!   or can upcast. Beyond CloudEvents' required attributes the envelope needs what this
+//!   framework's producers always write ([`RawEnvelope`](event_core::RawEnvelope)): an `id`
+//!   that is a UUID, `time`, `subject` (the aggregate id), `schemaversion`, and `sequence`
+//!   for an ordered event; a producer of another framework must add them;
 //! - commits the batch in one transaction: each accepted event is stored with the JSON as
 //!   received and its origin, under the aggregate key `<aggregate type>@<source>` (the
 //!   producer's CloudEvents `source`, so that it never collides with this service's own
@@ -20,12 +24,19 @@
 //! - skips an event id the outbox holds (a redelivery, a re-publish): `Duplicate`;
 //! - writes what cannot be accepted to the dead letter queue (kind `inbox`, the inbox's name
 //!   as its handler, the body as received, the origin, the reason and error chain), once per
-//!   (inbox, event id): a body that does not decode (`undecodable`), an unknown event name or
+//!   (inbox, event id; a body without a readable id is named as [`Incoming::message_id`]
+//!   says): a body that does not decode (`undecodable`), an unknown event name or
 //!   version (`unknown_event`), an (aggregate, sequence) the outbox holds under another event
 //!   id (`conflict`: a producer that re-published with new ids), or one the commit refuses
 //!   for good (an in-transaction handler's permanent error: `permanent`; text the database
-//!   refuses, an envelope over [`OutboxConfig::max_envelope_bytes`](crate::OutboxConfig)).
-//!   None of these blocks the rest of the batch.
+//!   refuses, an envelope over [`OutboxConfig::max_envelope_bytes`](crate::OutboxConfig):
+//!   `undecodable`, found before the commit). None of these blocks the rest of the batch. A
+//!   dead letter keeps the body as text: bytes that are not UTF-8, and U+0000 (which
+//!   PostgreSQL cannot store in text), are replaced by U+FFFD.
+//!
+//! Name each inbox once and keep the name (`<transport>-inbox:<consumer>` by convention, as
+//! `nats-inbox:billing`): it is its dead letters' handler, which no handler of the application
+//! should share.
 //!
 //! A dead letter of an inbox is replayed through the core as well — no broker connection is
 //! needed: [`Outbox::replay_inbox_dead_letters`](crate::Outbox::replay_inbox_dead_letters) decodes it again (after a deploy that knows
@@ -95,8 +106,11 @@ pub struct Incoming {
     /// header, an AMQP `content-type` property); `None` is taken as CloudEvents JSON. One
     /// that does not start with `application/cloudevents+json` is refused (`undecodable`).
     pub content_type: Option<String>,
-    /// The message id the broker de-duplicates by (NATS `Nats-Msg-Id`), if any: names the
-    /// dead letter of a body without a readable event id.
+    /// The message id the broker de-duplicates by (NATS `Nats-Msg-Id`), if any. A dead letter
+    /// of a body without a readable event id is named by it when it is a UUID; otherwise by a
+    /// name-based UUID (version 5) of the message's transport, source, position, attributes,
+    /// this id and its body — the same on every redelivery of the message, different for two
+    /// different messages, whatever the transport numbers (or does not number) them.
     pub message_id: Option<String>,
     /// Where it came from.
     pub origin: Origin,

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use event_core::{AnyEnvelope, DecodeError, RawEnvelope};
 use uuid::Uuid;
 
-use super::{InboxReport, Incoming, Origin, Receipt, Verdict};
+use super::{InboxReport, Incoming, Receipt, Verdict};
 use crate::store::{DeadLetterReason, InboxDeadLetter, Place};
 use crate::{Outbox, OutboxError, StoreError};
 
@@ -44,7 +44,7 @@ impl Outbox {
     /// `nats-inbox:billing`); use one name per (transport, consumer) and keep it.
     ///
     /// The batch is committed in one transaction: the accepted events with their
-    /// [`Origin`] and their local deliveries, and the dead letters of the messages that
+    /// [`Origin`](super::Origin) and their local deliveries, and the dead letters of the messages that
     /// cannot be accepted. Conflicts are looked up in that transaction first; should the
     /// commit still fail on one (another writer took the place meanwhile: PostgreSQL), or on
     /// another refusal of one message, the messages concerned are committed one at a time, in
@@ -95,7 +95,10 @@ impl Outbox {
             raw,
         };
         if let Some(ct) = &m.content_type {
-            if !ct.starts_with(CLOUDEVENTS_JSON) {
+            // A media type's type and subtype are case-insensitive (RFC 9110 §8.3.1); its
+            // parameters (`; charset=utf-8`) do not change it.
+            let media = ct.split(';').next().unwrap_or_default().trim();
+            if !media.eq_ignore_ascii_case(CLOUDEVENTS_JSON) {
                 return Err(poison(
                     DeadLetterReason::Undecodable,
                     vec![format!(
@@ -115,13 +118,23 @@ impl Outbox {
         let raw = RawEnvelope::from_json(json)
             .map_err(|e| poison(DeadLetterReason::Undecodable, chain(&e), None))?;
         match self.dispatcher().registry().decode(&raw) {
-            Ok(envelope) => Ok(Candidate {
-                idx,
-                envelope: Some(envelope),
-                key: received_key(&raw),
-                raw,
-                json: json.to_owned(),
-            }),
+            Ok(envelope) => {
+                let key = received_key(&raw);
+                let refusal = self.unstorable(&*envelope, &key, json.len());
+                let c = Candidate {
+                    idx,
+                    envelope: Some(envelope),
+                    key,
+                    raw,
+                    json: json.to_owned(),
+                };
+                match refusal {
+                    Ok(()) => Ok(c),
+                    // The commit would refuse it whatever the rest: set aside now, with the
+                    // dead letter the commit's refusal would have written.
+                    Err(e) => Err(refused(c, DeadLetterReason::Undecodable, &e)),
+                }
+            }
             Err(e) => {
                 let reason = match e {
                     DecodeError::UnknownName { .. } | DecodeError::UnknownVersion { .. } => {
@@ -368,7 +381,7 @@ impl<'a> Receiving<'a> {
                     .as_deref()
                     .and_then(|id| Uuid::parse_str(id).ok())
             })
-            .unwrap_or_else(|| derived_id(&m.origin));
+            .unwrap_or_else(|| derived_id(m));
         let (name, version) = p.raw.as_ref().map_or((String::new(), 0), |r| {
             (r.name.replace('\0', "\u{FFFD}"), r.version)
         });
@@ -389,16 +402,35 @@ impl<'a> Receiving<'a> {
     }
 }
 
-/// An id for a message without one of its own, the same on every redelivery: the FNV-1a hash
-/// of its source, and its position.
-fn derived_id(origin: &Origin) -> Uuid {
-    let h = origin
-        .source
-        .bytes()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-            (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
-        });
-    Uuid::from_u64_pair(h, origin.position)
+/// The namespace of [`derived_id`]'s name-based UUIDs.
+const DERIVED_ID_NAMESPACE: Uuid = Uuid::from_u128(0x6f0b_1c2e_8a54_4d0e_9b3f_2c71_5e4a_9d10);
+
+/// An id for a message without a readable event id of its own: a name-based UUID (version 5,
+/// RFC 9562) of everything that identifies the message and stays the same when the broker
+/// redelivers it — the transport, the source, the position, the attributes, the broker's
+/// message id, and the body. Two different messages at one position (a transport without
+/// positions, a partitioned topic, a stream created anew) get different ids; one message
+/// redelivered gets the same.
+fn derived_id(m: &Incoming) -> Uuid {
+    let o = &m.origin;
+    let mut name = Vec::with_capacity(m.body.len() + 128);
+    for part in [o.transport.as_bytes(), o.source.as_bytes()] {
+        name.extend_from_slice(part);
+        name.push(0);
+    }
+    name.extend_from_slice(&o.position.to_be_bytes());
+    for (k, v) in &o.attributes {
+        name.extend_from_slice(k.as_bytes());
+        name.push(0);
+        name.extend_from_slice(v.as_bytes());
+        name.push(0);
+    }
+    if let Some(id) = &m.message_id {
+        name.extend_from_slice(id.as_bytes());
+    }
+    name.push(0);
+    name.extend_from_slice(&m.body);
+    Uuid::new_v5(&DERIVED_ID_NAMESPACE, &name)
 }
 
 pub(super) fn chain(e: &(dyn std::error::Error + 'static)) -> Vec<String> {

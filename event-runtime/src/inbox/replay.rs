@@ -15,13 +15,16 @@ impl Outbox {
     /// one audit row (action `replay`, `actor`, `reason`, the ids replayed), all in one
     /// transaction. Ids that are not open inbox dead letters (a delivery's dead letter, a
     /// resolved one, an unknown id) are skipped: replay a delivery's dead letter with
-    /// [`Store::resolve_dead_letters`](crate::Store::resolve_dead_letters).
+    /// [`Store::resolve_dead_letters`](crate::Store::resolve_dead_letters). When none is
+    /// replayed, nothing is written (no audit row).
     ///
     /// An event id the outbox holds already is a duplicate (counted, nothing written); a
     /// conflict (the dead letter's place in its aggregate is still taken by another event)
     /// fails the replay.
     ///
-    /// Returns the counts: `appended`, `duplicates`.
+    /// Returns the counts: `received`, the dead letters replayed (fewer than `ids` when some
+    /// were skipped); `appended`, their events committed; `duplicates`, those whose event id
+    /// the outbox held already.
     ///
     /// # Errors
     /// [`OutboxError::NotReplayable`] naming the first dead letter that still does not decode;
@@ -57,6 +60,7 @@ impl Outbox {
             .backend()
             .take_inbox_dead_letters(ids, inbox, actor, reason, now)
             .await?;
+        let taken_count = taken.len();
         for d in taken {
             let not_replayable = |source| OutboxError::NotReplayable {
                 dead_letter: d.id,
@@ -71,8 +75,10 @@ impl Outbox {
             let key = received_key(&raw);
             uow.add_received(envelope, d.body, key, d.origin.as_ref());
         }
+        let replayed = taken_count;
         let r = uow.commit().await?;
         Ok(InboxReport {
+            received: replayed,
             appended: r.appended,
             duplicates: r.duplicates,
             ..InboxReport::default()

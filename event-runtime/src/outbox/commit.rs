@@ -262,6 +262,31 @@ impl<'o> OutboxUnitOfWork<'o> {
     }
 }
 
+impl Outbox {
+    /// What the commit of a received event stored under `aggregate_type` with an envelope of
+    /// `bytes` would refuse whatever else is in its transaction (U+0000 in its aggregate type
+    /// or id, an envelope over the limit, a sequence above `i64::MAX`), found before
+    /// committing: the inbox core sets such a message aside instead of committing its batch
+    /// one message at a time.
+    pub(crate) fn unstorable(
+        &self,
+        envelope: &dyn AnyEnvelope,
+        aggregate_type: &str,
+        bytes: usize,
+    ) -> Result<(), OutboxError> {
+        storable(envelope, aggregate_type, bytes, &self.inner)?;
+        let meta = envelope.metadata();
+        if i64::try_from(meta.sequence).is_err() {
+            return Err(OutboxError::Store(crate::StoreError::SequenceOutOfRange {
+                aggregate_type: aggregate_type.to_owned(),
+                aggregate_id: meta.aggregate_id.clone(),
+                sequence: meta.sequence,
+            }));
+        }
+        Ok(())
+    }
+}
+
 /// Refuses what a store cannot keep the same way on every backend: U+0000 in the aggregate
 /// type or id (PostgreSQL cannot store it in text), an envelope of `bytes` over
 /// `max_envelope_bytes`.

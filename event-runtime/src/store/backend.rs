@@ -680,8 +680,8 @@ pub trait BackendTransaction: Send + fmt::Debug {
 
     /// Marks the open inbox dead letters among `ids` (of the inbox `inbox` only, when given)
     /// replayed at `now`, appends one audit row (action `replay`, `actor`, `reason`, the ids
-    /// marked), and returns it with their bodies, in the order of `ids`. Ids that are not
-    /// open inbox dead letters are skipped.
+    /// marked) unless none was, and returns it with their bodies, in the order of `ids`. Ids
+    /// that are not open inbox dead letters are skipped.
     async fn take_inbox_dead_letters(
         &mut self,
         ids: &[i64],
@@ -689,7 +689,7 @@ pub trait BackendTransaction: Send + fmt::Debug {
         actor: &str,
         reason: &str,
         now: i64,
-    ) -> Result<(AuditEntry, Vec<TakenDeadLetter>), StoreError>;
+    ) -> Result<(Option<AuditEntry>, Vec<TakenDeadLetter>), StoreError>;
 
     /// The indexes of the `places` the outbox holds under another event id.
     async fn held_places(&mut self, places: &[PlaceQuery<'_>]) -> Result<Vec<usize>, StoreError>;

@@ -239,7 +239,8 @@ pub struct DeadLetter {
     pub event_name: String,
     /// The event version.
     pub event_version: u32,
-    /// The original envelope, byte for byte.
+    /// The original envelope, byte for byte; for a message a transport's inbox could not
+    /// accept, its body as text (bytes that are not UTF-8, and U+0000, replaced by U+FFFD).
     pub envelope: String,
     /// Attempts made.
     pub attempts: u32,

@@ -50,7 +50,8 @@ pub(crate) async fn insert_dead_letter<D: Dialect>(
 }
 
 /// Marks the open inbox dead letters among `ids` (of `inbox` only, when given) replayed, with
-/// one audit row naming them; returns it and their bodies, in the order of `ids`.
+/// one audit row naming them; returns it (none when no id was an open inbox dead letter) and
+/// their bodies, in the order of `ids`.
 pub(crate) async fn take_dead_letters<D: Dialect>(
     conn: &mut Conn<D>,
     ids: &[i64],
@@ -58,24 +59,17 @@ pub(crate) async fn take_dead_letters<D: Dialect>(
     actor: &str,
     reason: &str,
     now: i64,
-) -> Result<(AuditEntry, Vec<TakenDeadLetter>), StoreError> {
-    const TAKE: &str =
-        "UPDATE event_dead_letters SET resolved_at = $1, resolution = 'replayed', audit_id = $2
-         WHERE id = $3 AND resolved_at IS NULL AND kind = 'inbox' AND ($4 IS NULL OR handler = $4)
+) -> Result<(Option<AuditEntry>, Vec<TakenDeadLetter>), StoreError> {
+    const TAKE: &str = "UPDATE event_dead_letters SET resolved_at = $1, resolution = 'replayed'
+         WHERE id = $2 AND resolved_at IS NULL AND kind = 'inbox' AND ($3 IS NULL OR handler = $3)
          RETURNING envelope, origin";
-    let mut entry =
-        audit::insert::<D>(conn, &NewAudit::finished("replay", actor, reason, now)).await?;
+    const NAME: &str = "UPDATE event_dead_letters SET audit_id = $1 WHERE id = $2";
     let mut taken = Vec::new();
     for &id in ids {
         let r = rows::<D>(
             conn,
             TAKE,
-            &[
-                Arg::I64(now),
-                Arg::I64(entry.id),
-                Arg::I64(id),
-                Arg::OptStr(inbox),
-            ],
+            &[Arg::I64(now), Arg::I64(id), Arg::OptStr(inbox)],
         )
         .await?;
         let Some(r) = r.first() else { continue };
@@ -89,9 +83,17 @@ pub(crate) async fn take_dead_letters<D: Dialect>(
                 .and_then(|o| serde_json::from_str(&o).ok()),
         });
     }
+    if taken.is_empty() {
+        return Ok((None, taken));
+    }
+    let mut entry =
+        audit::insert::<D>(conn, &NewAudit::finished("replay", actor, reason, now)).await?;
+    for t in &taken {
+        execute::<D>(conn, NAME, &[Arg::I64(entry.id), Arg::I64(t.id)]).await?;
+    }
     let ids = taken.iter().map(|t| t.id).collect();
     audit::name_dead_letters::<D>(conn, &mut entry, ids).await?;
-    Ok((entry, taken))
+    Ok((Some(entry), taken))
 }
 
 /// The origin stored with the received event `event_id`.

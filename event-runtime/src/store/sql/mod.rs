@@ -701,7 +701,7 @@ impl<D: Dialect> BackendTransaction for SqlTx<D> {
         actor: &str,
         reason: &str,
         now: i64,
-    ) -> Result<(AuditEntry, Vec<TakenDeadLetter>), StoreError> {
+    ) -> Result<(Option<AuditEntry>, Vec<TakenDeadLetter>), StoreError> {
         inbox::take_dead_letters::<D>(self.conn(), ids, inbox, actor, reason, now).await
     }
 
