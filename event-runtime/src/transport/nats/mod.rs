@@ -12,14 +12,16 @@
 //!    `Nats-Msg-Id` = the event id, and completes the delivery on the publish ack. At most one
 //!    publish per aggregate is unacknowledged; different aggregates are pipelined up to
 //!    [`RelayConfig::in_flight`].
-//! 3. The consumer's inbox fetches a batch from a durable pull consumer, decodes each message
-//!    through its registry, commits the batch once into its own outbox (event rows and
-//!    delivery rows for its handlers; an event id already there is skipped), and only then
-//!    acknowledges each message and waits for the server to confirm (double ack). Its engine
-//!    runs its handlers with the usual guarantees.
+//! 3. The consumer's inbox fetches a batch from a durable pull consumer and hands it to the
+//!    transport-neutral [inbox core](crate::inbox) (`Outbox::receive`), which decodes each
+//!    message through its registry and commits the batch once into its own outbox (event rows
+//!    with their origin, delivery rows for its handlers; an event id already there is
+//!    skipped); only then does the inbox acknowledge each message and wait for the server to
+//!    confirm (double ack). Its engine runs its handlers with the usual guarantees.
 //! 4. A message the inbox cannot accept is stored in the consuming service's dead letter queue
-//!    (handler `nats-inbox:<durable>`, with its stream, stream sequence, delivery count and
-//!    subject) and terminated, and the rest of its batch flows: one that does not decode
+//!    (handler `nats-inbox:<durable>`, with its origin: transport `nats`, the stream as source,
+//!    the stream sequence as position, the delivery count, attribute `subject`) and
+//!    terminated, and the rest of its batch flows: one that does not decode
 //!    (`undecodable`), of a name or version this code does not know (`unknown_event`), and one
 //!    whose (aggregate, sequence) the consuming outbox already holds under another event id,
 //!    or that an earlier message of the batch claims (`conflict`: a producer that re-published

@@ -269,19 +269,14 @@ impl NatsInbox {
         Ok(info.num_ack_pending)
     }
 
-    /// Fetches one batch (waiting up to [`InboxConfig::fetch_wait`]) and commits it into the
-    /// outbox in one transaction: every accepted event (an id already there is skipped), and
-    /// every message that cannot be accepted as a dead letter with its broker metadata. Acks
-    /// nothing: call [`ReceivedBatch::ack`].
-    ///
-    /// Messages that cannot be accepted: one that does not decode (`undecodable`), of an
-    /// unknown name or version (`unknown_event`), and one whose (aggregate, sequence) the
-    /// outbox already holds under another event id, or that an earlier message of the batch
-    /// claims (`conflict`; a producer that re-published its events with new ids). When the
-    /// batch's commit fails with [`StoreError::Conflict`](crate::StoreError::Conflict), the messages of the aggregate it
-    /// names (all of them, when it names none) are taken out, the rest is committed, and those
-    /// are committed one at a time in stream order: each that conflicts becomes a dead letter
-    /// (in a transaction of its own) instead of blocking the stream.
+    /// Fetches one batch (waiting up to [`InboxConfig::fetch_wait`]) and hands it to the inbox
+    /// core ([`Outbox::receive`]): every accepted event is committed into the outbox in one
+    /// transaction (an id already there is skipped), and every message that cannot be accepted
+    /// becomes a dead letter with its origin (transport `nats`, the stream, the stream
+    /// sequence, the delivery count, attribute `subject`) — see the
+    /// [inbox core](crate::inbox) for which and why. Acks nothing: call
+    /// [`ReceivedBatch::ack`], which acknowledges the accepted and duplicate messages and
+    /// terminates the dead-lettered ones.
     ///
     /// # Errors
     /// [`NatsError::Broker`] when the fetch fails; [`NatsError::Outbox`] when a commit fails
