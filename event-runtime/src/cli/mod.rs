@@ -293,13 +293,21 @@ impl<'a> App<'a> {
     /// application routes a received event).
     ///
     /// ```no_run
-    /// # use event_runtime::{cli::App, Dispatcher, Outbox, OutboxError, Registry, Store};
+    /// use event_runtime::{cli::App, Dispatcher, Outbox, OutboxError, Registry, Store};
+    ///
+    /// /// The application's outbox, as it builds it at start-up.
     /// fn outbox(store: Store) -> Result<Outbox, OutboxError> {
     ///     Outbox::builder(store).dispatcher(Dispatcher::builder()).build()
     /// }
-    /// # async fn run(registry: Registry) {
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let registry = Registry::from_inventory().build()?;
     /// let app = App::embedded("billing events", &registry).outbox(&outbox);
-    /// event_runtime::cli::run(std::env::args().skip(1), app).await;
+    /// // `billing events dlq replay 17 --reason "order.shipped v2 deployed"`
+    /// let code = event_runtime::cli::run(std::env::args().skip(2), app).await;
+    /// # let _ = code;
+    /// # Ok(())
     /// # }
     /// ```
     pub fn outbox(mut self, build: OutboxFactory<'a>) -> Self {
