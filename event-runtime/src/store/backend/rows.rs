@@ -1,0 +1,302 @@
+//! The rows that cross the store boundary: what the engine, the unit of work and the tools
+//! hand a backend ([`NewEvent`], [`ClaimRequest`], [`Settlement`], [`Pause`], an inbox's
+//! dead letter…) and what a backend hands back ([`ClaimedDelivery`], [`SettleResult`], …).
+//! Plain data, no queries.
+
+use uuid::Uuid;
+
+use crate::inbox::Origin;
+use crate::store::types::DeadLetterReason;
+use crate::store::StoreError;
+
+/// One event to append to the outbox, with the destinations that receive it.
+#[derive(Debug, Clone)]
+pub struct NewEvent {
+    /// The event id (CloudEvents `id`), the outbox's primary key.
+    pub event_id: Uuid,
+    /// The event name (CloudEvents `type`).
+    pub name: String,
+    /// The schema version.
+    pub version: u32,
+    /// The aggregate type.
+    pub aggregate_type: String,
+    /// The aggregate id.
+    pub aggregate_id: String,
+    /// The aggregate sequence; 0 for an unsequenced event (never ordered, never checked).
+    pub sequence: u64,
+    /// When the event happened, ms since the epoch.
+    pub occurred_at: i64,
+    /// The CloudEvents JSON envelope, stored byte for byte.
+    pub envelope: String,
+    /// The destinations that get a delivery row.
+    pub routes: Vec<Route>,
+    /// Where an event a transport's inbox received came from: the JSON of an
+    /// [`Origin`], stored in the `origin` column; `None` for this
+    /// service's own events.
+    pub origin: Option<String>,
+}
+
+/// A message a transport's inbox cannot accept, for the dead letter queue (kind `inbox`):
+/// written with the batch it came in ([`BackendTransaction::insert_inbox_dead_letter`](super::BackendTransaction::insert_inbox_dead_letter)).
+#[derive(Debug, Clone)]
+pub struct InboxDeadLetter {
+    /// The inbox (the dead letter's `handler`), e.g. `nats-inbox:billing`.
+    pub inbox: String,
+    /// The event id: the envelope's, or one that names the message the same way on every
+    /// redelivery.
+    pub event_id: Uuid,
+    /// The event name, empty when the body did not decode that far.
+    pub name: String,
+    /// The event version, 0 when the body did not decode that far.
+    pub version: u32,
+    /// The body as received (lossily UTF-8, U+0000 replaced: every database stores it).
+    pub body: String,
+    /// Why.
+    pub reason: DeadLetterReason,
+    /// The error and its sources, outermost first.
+    pub error_chain: Vec<String>,
+    /// Where it came from; its delivery count is the dead letter's `attempts`.
+    pub origin: Origin,
+}
+
+/// An inbox dead letter that a replay took out of the queue
+/// ([`BackendTransaction::take_inbox_dead_letters`](super::BackendTransaction::take_inbox_dead_letters)): its body, to be committed again.
+#[derive(Debug, Clone)]
+pub struct TakenDeadLetter {
+    /// The dead letter's id.
+    pub id: i64,
+    /// The body as received.
+    pub body: String,
+    /// Where it came from (`None` for a row whose origin does not read).
+    pub origin: Option<Origin>,
+}
+
+/// An event's place in its aggregate's stream, as
+/// [`BackendTransaction::held_places`](super::BackendTransaction::held_places) looks it up.
+#[derive(Debug, Clone, Copy)]
+pub struct PlaceQuery<'a> {
+    /// The aggregate type, as stored (a received event's key).
+    pub aggregate_type: &'a str,
+    /// The aggregate id.
+    pub aggregate_id: &'a str,
+    /// The sequence, above 0.
+    pub sequence: i64,
+    /// The event id that would take it.
+    pub event_id: Uuid,
+}
+
+/// A destination of an event, as written to its delivery row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    /// The destination name (the `handler` column).
+    pub destination: String,
+    /// Whether deliveries to it keep per-aggregate order.
+    pub ordered: bool,
+}
+
+/// What a claim asks for.
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimRequest<'a> {
+    /// The worker's lease token. A claim that leases anything writes (or extends) the lease
+    /// row in the same transaction, so a worker that claims nothing writes nothing.
+    pub token: &'a str,
+    /// The lease's owner (`host:pid`), for operators.
+    pub owner: &'a str,
+    /// Until when the lease holds unless renewed, ms.
+    pub lease_expires_at: i64,
+    /// The destinations this worker can deliver to; others are left alone.
+    pub destinations: &'a [String],
+    /// At most this many runs (ready heads).
+    pub max_runs: usize,
+    /// At most this many deliveries in all; runs share them.
+    pub max_deliveries: usize,
+    /// The current time, ms.
+    pub now: i64,
+}
+
+/// A delivery leased to a worker, with its envelope.
+#[derive(Debug, Clone)]
+pub struct ClaimedDelivery {
+    /// The destination.
+    pub destination: String,
+    /// The event id.
+    pub event_id: Uuid,
+    /// The aggregate type.
+    pub aggregate_type: String,
+    /// The aggregate id.
+    pub aggregate_id: String,
+    /// The delivery's sequence (0 when unordered).
+    pub sequence: u64,
+    /// Attempts recorded so far (a delivery taken over from a dead worker counts one).
+    pub attempts: u32,
+    /// The first failure, ms.
+    pub first_failed_at: Option<i64>,
+    /// The event name.
+    pub name: String,
+    /// The event version.
+    pub version: u32,
+    /// The stored envelope.
+    pub envelope: String,
+}
+
+/// The outcome of one claimed delivery, to record.
+#[derive(Debug, Clone, Copy)]
+pub struct Settlement<'a> {
+    /// The destination.
+    pub destination: &'a str,
+    /// The event id.
+    pub event_id: Uuid,
+    /// The aggregate type (with the id and the sequence: the run, whose next delivery a
+    /// completion makes ready).
+    pub aggregate_type: &'a str,
+    /// The aggregate id.
+    pub aggregate_id: &'a str,
+    /// The delivery's sequence (0 when unordered).
+    pub sequence: u64,
+    /// What happened.
+    pub outcome: SettleOutcome<'a>,
+}
+
+/// What happened to a claimed delivery.
+#[derive(Debug, Clone, Copy)]
+pub enum SettleOutcome<'a> {
+    /// Its handler ran and succeeded: completed. `attempts` includes this one.
+    Completed {
+        /// Attempts including this one.
+        attempts: u32,
+    },
+    /// It failed and will be retried at `next_attempt_at`.
+    Retry {
+        /// Attempts including this one.
+        attempts: u32,
+        /// When it is due again, ms.
+        next_attempt_at: i64,
+        /// When the attempt failed, ms: stored as `last_failed_at` (and `first_failed_at` on
+        /// the first failure), never later than `next_attempt_at`.
+        failed_at: i64,
+        /// The error, already made storable.
+        error: &'a str,
+    },
+    /// It goes to the dead letter queue with its envelope, copied from the outbox.
+    Dead {
+        /// Attempts including this one (0 when it was never attempted).
+        attempts: u32,
+        /// The reason, as stored.
+        reason: &'a str,
+        /// When the last attempt failed (or the delivery was found undeliverable), ms.
+        failed_at: i64,
+        /// The error chain, outermost first, already made storable.
+        chain: &'a [String],
+    },
+    /// It was not attempted (the rest of a run after a failure, a shutdown, a pause): leased
+    /// no more, due as before, no attempt counted.
+    Release,
+}
+
+/// The result of recording one settlement.
+#[derive(Debug)]
+pub enum SettleResult {
+    /// Recorded.
+    Settled,
+    /// The delivery is leased to another token (taken over): nothing was changed.
+    LeaseLost,
+    /// Recording failed; nothing of it was changed.
+    Failed(StoreError),
+}
+
+/// A pause of a destination: no worker claims its deliveries until it is lifted (deliveries
+/// already claimed finish). Pauses by different `paused_by` are independent: a runtime
+/// component lifting its own pause does not lift an operator's.
+#[derive(Debug, Clone)]
+pub struct Pause {
+    /// The destination.
+    pub destination: String,
+    /// Who: `operator`, or the runtime component (`nats-relay`).
+    pub paused_by: String,
+    /// Why, shown by `events handler list`.
+    pub reason: String,
+    /// When, ms.
+    pub at: i64,
+    /// When it lapses by itself unless renewed, ms (a runtime pause, so that the pause of a
+    /// process that died does not last for ever); `None`: until resumed.
+    pub expires_at: Option<i64>,
+}
+
+/// What one step of the retention purge deleted ([`Backend::purge_completed`](super::Backend::purge_completed)).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PurgeStep {
+    /// Completed deliveries deleted.
+    pub deliveries: u64,
+    /// Outbox rows deleted.
+    pub events: u64,
+    /// Another purger holds the purge lock: nothing was deleted.
+    pub busy: bool,
+}
+
+/// What a replay or purge over a selection selects, stored as JSON in its audit row so that an
+/// interrupted operation resumes on the same dead letters.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ResolutionSelection {
+    /// Only this dead letter.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<i64>,
+    /// Only this handler.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handler: Option<String>,
+    /// Only this event name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_name: Option<String>,
+    /// Dead-lettered at or after (milliseconds since the Unix epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since_ms: Option<i64>,
+    /// Dead-lettered before (milliseconds since the Unix epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until_ms: Option<i64>,
+    /// At most this many.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u64>,
+    /// The newest dead letter when the operation started: later ones are not selected.
+    pub up_to_id: i64,
+}
+
+/// A purge or re-target of what a destination left in the store
+/// ([`Backend::start_destination_operation`](super::Backend::start_destination_operation)), stored as JSON in its audit row so that an
+/// interrupted one is continued by the same request.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DestinationOperation {
+    /// The destination whose deliveries and dead letters are purged or moved.
+    pub from: String,
+    /// Where they move; `None`: purge them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+    /// Whether `to` keeps per-aggregate order (moved deliveries take their event's sequence);
+    /// `false` for a purge.
+    #[serde(default)]
+    pub ordered: bool,
+}
+
+impl DestinationOperation {
+    /// The audit log's action: `handler-purge` or `handler-retarget`.
+    pub fn action(&self) -> &'static str {
+        if self.to.is_some() {
+            "handler-retarget"
+        } else {
+            "handler-purge"
+        }
+    }
+}
+
+/// What one page of a [`DestinationOperation`] did ([`Backend::destination_page`](super::Backend::destination_page)), or the
+/// sum of the pages.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DestinationPage {
+    /// Rows the page selected; 0 when nothing was left.
+    pub selected: u64,
+    /// Pending deliveries purged or moved.
+    pub deliveries: u64,
+    /// Open dead letters purged or moved (with their dead deliveries).
+    pub dead_letters: u64,
+    /// Re-target: deliveries (pending or dead, with their dead letters) of events the new
+    /// destination already had a delivery of, purged instead of moved.
+    pub duplicates: u64,
+}
