@@ -1,0 +1,327 @@
+//! [`Backend`] for [`SqlStore`], once for every dialect: each method hands its work to the
+//! module of its job (`claim`, `delivery`, `dead_letters`, `inbox`, …).
+
+use std::any::{Any, TypeId};
+
+use async_trait::async_trait;
+use uuid::Uuid;
+
+use super::portable::{portable_execute, portable_fetch};
+use super::{
+    begin_relaxed, db, dead_letters, delivery, inbox, maintenance, operator, promote_after_commit,
+    resolution, retarget, Conn, Dialect, SqlStore, SqlTx,
+};
+use crate::inbox::Origin;
+use crate::store::backend::{
+    Backend, ClaimRequest, ClaimedDelivery, DestinationOperation, DestinationPage, Pause,
+    PurgeStep, ResolutionSelection, SettleResult, Settlement,
+};
+use crate::store::query::Row;
+use crate::store::types::{
+    AuditEntry, Backlog, DeadLetter, DeadLetterCount, DeadLetterFilter, OutboxStats,
+    PausedDestination, Resolution,
+};
+use crate::store::value::Datum;
+use crate::store::{DatabaseError, InboxIdentity, StoreError, Tx};
+
+#[async_trait]
+impl<D: Dialect> Backend for SqlStore<D> {
+    fn name(&self) -> &'static str {
+        D::NAME
+    }
+
+    fn native_transaction_types(&self) -> Vec<TypeId> {
+        vec![TypeId::of::<Conn<D>>()]
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    async fn migrate(&self) -> Result<(), StoreError> {
+        D::migrate(&self.pool).await
+    }
+
+    async fn has_outbox(&self) -> Result<bool, StoreError> {
+        maintenance::has_outbox::<D>(&self.pool).await
+    }
+
+    async fn execute(&self, sql: &str, args: &[Datum]) -> Result<u64, StoreError> {
+        let mut conn = self.pool.acquire().await.map_err(db)?;
+        portable_execute::<D>(&mut conn, sql, args).await
+    }
+
+    async fn fetch(
+        &self,
+        sql: &str,
+        args: &[Datum],
+        first_only: bool,
+    ) -> Result<Vec<Row>, StoreError> {
+        let mut conn = self.pool.acquire().await.map_err(db)?;
+        portable_fetch::<D>(&mut conn, sql, args, first_only).await
+    }
+
+    async fn begin(&self) -> Result<Tx, StoreError> {
+        let tx = D::begin(&self.pool).await.map_err(db)?;
+        Ok(Tx::from_backend(Box::new(SqlTx::<D>::new(
+            tx,
+            self.pool.clone(),
+        ))))
+    }
+
+    async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    async fn renew_lease(&self, token: &str, expires_at: i64) -> Result<bool, StoreError> {
+        delivery::renew_lease::<D>(&self.pool, token, expires_at).await
+    }
+
+    async fn drop_lease(&self, token: &str) -> Result<u64, StoreError> {
+        delivery::drop_lease::<D>(&self.pool, token).await
+    }
+
+    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Vec<ClaimedDelivery>, StoreError> {
+        D::claim(&self.pool, req).await
+    }
+
+    async fn settle(
+        &self,
+        token: &str,
+        now: i64,
+        batch: &[Settlement<'_>],
+    ) -> Result<Vec<SettleResult>, StoreError> {
+        // The whole batch in one statement per kind first; if the database refuses one of
+        // them, again with each settlement contained in its own savepoint, so that one row
+        // the database refuses cannot keep the others from being recorded.
+        let mut tx = begin_relaxed::<D>(&self.pool).await?;
+        let (results, streams) =
+            match delivery::settle::<D>(&mut tx, token, now, batch, false).await {
+                Ok(done) => done,
+                Err(_) => {
+                    drop(tx);
+                    tx = begin_relaxed::<D>(&self.pool).await?;
+                    delivery::settle::<D>(&mut tx, token, now, batch, true).await?
+                }
+            };
+        tx.commit().await.map_err(db)?;
+        if D::PROMOTE_AFTER_COMMIT && !streams.is_empty() {
+            promote_after_commit::<D>(&self.pool, &streams).await?;
+        }
+        Ok(results)
+    }
+
+    async fn repair_runs(&self, expired_before: i64) -> Result<u64, StoreError> {
+        delivery::repair_runs::<D>(&self.pool, expired_before).await
+    }
+
+    async fn progressing(&self, destinations: &[String]) -> Result<u64, StoreError> {
+        delivery::progressing::<D>(&self.pool, destinations).await
+    }
+
+    async fn pause(&self, pause: &Pause) -> Result<(), StoreError> {
+        delivery::pause::<D>(&self.pool, pause).await
+    }
+
+    async fn resume(&self, destination: &str, paused_by: &str) -> Result<bool, StoreError> {
+        delivery::resume::<D>(&self.pool, destination, paused_by).await
+    }
+
+    async fn paused(&self, now: i64) -> Result<Vec<PausedDestination>, StoreError> {
+        delivery::paused::<D>(&self.pool, now).await
+    }
+
+    async fn purge_completed(&self, cutoff: i64, batch: u32) -> Result<PurgeStep, StoreError> {
+        maintenance::purge_completed::<D>(&self.pool, cutoff, batch).await
+    }
+
+    async fn refresh_statistics(&self) -> Result<(), StoreError> {
+        D::refresh_statistics(&self.pool).await.map_err(db)
+    }
+
+    async fn stats(&self, now: i64) -> Result<OutboxStats, StoreError> {
+        maintenance::stats::<D>(&self.pool, now).await
+    }
+
+    async fn backlog(&self, now: i64) -> Result<Backlog, StoreError> {
+        maintenance::backlog::<D>(&self.pool, now).await
+    }
+
+    async fn dead_letters(&self, filter: &DeadLetterFilter) -> Result<Vec<DeadLetter>, StoreError> {
+        dead_letters::list::<D>(&self.pool, filter).await
+    }
+
+    async fn resolve_dead_letters(
+        &self,
+        ids: &[i64],
+        action: Resolution,
+        actor: &str,
+        reason: &str,
+        now: i64,
+        progress: &mut (dyn FnMut(usize) + Send),
+    ) -> Result<AuditEntry, StoreError> {
+        let mut tx = D::begin(&self.pool).await.map_err(db)?;
+        let (entry, streams) =
+            dead_letters::resolve::<D>(&mut tx, ids, action, actor, reason, now, progress).await?;
+        tx.commit().await.map_err(db)?;
+        if D::PROMOTE_AFTER_COMMIT && !streams.is_empty() {
+            promote_after_commit::<D>(&self.pool, &streams).await?;
+        }
+        Ok(entry)
+    }
+
+    async fn audit_log(&self, limit: u32) -> Result<Vec<AuditEntry>, StoreError> {
+        dead_letters::audit_log::<D>(&self.pool, limit).await
+    }
+
+    async fn start_resolution(
+        &self,
+        filter: &DeadLetterFilter,
+        action: Resolution,
+        actor: &str,
+        reason: &str,
+        now: i64,
+    ) -> Result<(AuditEntry, ResolutionSelection), StoreError> {
+        resolution::start::<D>(&self.pool, filter, action, actor, reason, now).await
+    }
+
+    async fn resolve_page(
+        &self,
+        audit_id: i64,
+        action: Resolution,
+        selection: &ResolutionSelection,
+        page: u32,
+        now: i64,
+    ) -> Result<(u64, u64), StoreError> {
+        resolution::page::<D>(&self.pool, audit_id, action, selection, page, now).await
+    }
+
+    async fn finish_resolution(&self, audit_id: i64, now: i64) -> Result<AuditEntry, StoreError> {
+        resolution::finish::<D>(&self.pool, audit_id, now).await
+    }
+
+    async fn resolution(
+        &self,
+        audit_id: i64,
+    ) -> Result<Option<(AuditEntry, Resolution, ResolutionSelection)>, StoreError> {
+        resolution::load::<D>(&self.pool, audit_id).await
+    }
+
+    async fn count_dead_letters(&self, filter: &DeadLetterFilter) -> Result<u64, StoreError> {
+        operator::count_dead_letters::<D>(&self.pool, filter).await
+    }
+
+    async fn dead_letter_counts(&self) -> Result<Vec<DeadLetterCount>, StoreError> {
+        operator::dead_letter_counts::<D>(&self.pool).await
+    }
+
+    async fn start_destination_operation(
+        &self,
+        op: &DestinationOperation,
+        actor: &str,
+        reason: &str,
+        now: i64,
+    ) -> Result<AuditEntry, StoreError> {
+        retarget::start::<D>(&self.pool, op, actor, reason, now).await
+    }
+
+    async fn destination_page(
+        &self,
+        audit_id: i64,
+        op: &DestinationOperation,
+        page: u32,
+        now: i64,
+    ) -> Result<DestinationPage, StoreError> {
+        retarget::page::<D>(&self.pool, audit_id, op, page, now).await
+    }
+
+    async fn finish_destination_operation(
+        &self,
+        audit_id: i64,
+        now: i64,
+    ) -> Result<AuditEntry, StoreError> {
+        resolution::finish::<D>(&self.pool, audit_id, now).await
+    }
+
+    async fn undelivered_event_names(&self, destination: &str) -> Result<Vec<String>, StoreError> {
+        retarget::undelivered_event_names::<D>(&self.pool, destination).await
+    }
+
+    async fn unrouted_events(
+        &self,
+        destination: &str,
+        names: &[&str],
+        since: i64,
+        cap: u64,
+    ) -> Result<Option<u64>, StoreError> {
+        operator::unrouted_events::<D>(&self.pool, destination, names, since, cap).await
+    }
+
+    async fn pause_audited(
+        &self,
+        destination: &str,
+        actor: &str,
+        reason: &str,
+        now: i64,
+    ) -> Result<AuditEntry, StoreError> {
+        operator::pause_audited::<D>(&self.pool, destination, actor, reason, now).await
+    }
+
+    async fn resume_audited(
+        &self,
+        destination: &str,
+        actor: &str,
+        reason: &str,
+        now: i64,
+    ) -> Result<Option<AuditEntry>, StoreError> {
+        operator::resume_audited::<D>(&self.pool, destination, actor, reason, now).await
+    }
+
+    async fn inbox_identity(&self, inbox: &str) -> Result<Option<InboxIdentity>, StoreError> {
+        let mut conn = self.pool.acquire().await.map_err(db)?;
+        inbox::identity::<D>(&mut conn, inbox).await
+    }
+
+    async fn record_inbox_identity(
+        &self,
+        identity: &InboxIdentity,
+        now: i64,
+    ) -> Result<InboxIdentity, StoreError> {
+        inbox::record_identity::<D>(&self.pool, identity, now).await
+    }
+
+    async fn adopt_inbox_identity(
+        &self,
+        identity: &InboxIdentity,
+        actor: &str,
+        reason: &str,
+        now: i64,
+    ) -> Result<AuditEntry, StoreError> {
+        inbox::adopt_identity::<D>(&self.pool, identity, actor, reason, now).await
+    }
+
+    async fn received_origin(&self, event_id: Uuid) -> Result<Option<Origin>, StoreError> {
+        inbox::received_origin::<D>(&self.pool, event_id).await
+    }
+
+    async fn pending_envelopes(&self) -> Result<Vec<(String, String, String)>, StoreError> {
+        dead_letters::pending_envelopes::<D>(&self.pool).await
+    }
+
+    fn is_conflict(&self, error: &(dyn std::error::Error + 'static)) -> bool {
+        event_core::ErrorChain(error).into_iter().any(|e| {
+            let sqlx = match e.downcast_ref::<StoreError>() {
+                Some(StoreError::Database(d)) => Some(d.sqlx()),
+                _ => e
+                    .downcast_ref::<DatabaseError>()
+                    .map(DatabaseError::sqlx)
+                    .or_else(|| e.downcast_ref::<sqlx::Error>()),
+            };
+            let db = match sqlx {
+                Some(sqlx::Error::Database(db)) => Some(db),
+                _ => None,
+            };
+            db.is_some_and(|db| D::is_conflict(db.as_ref()))
+        })
+    }
+}
