@@ -118,6 +118,20 @@ async fn producer(
     (relay, outbox)
 }
 
+/// The most attempts any delivery (any pending one, with `pending_only`) used; -1 when the
+/// query answers nothing.
+async fn max_attempts(store: &Store, pending_only: bool) -> i64 {
+    let mut tx = store.begin().await.unwrap();
+    let sql = if pending_only {
+        "SELECT COALESCE(MAX(attempts), 0) FROM event_deliveries WHERE status = 'pending'"
+    } else {
+        "SELECT COALESCE(MAX(attempts), 0) FROM event_deliveries"
+    };
+    let attempts = tx.fetch_i64(sql, &[]).await.unwrap().unwrap_or(-1);
+    tx.rollback().await.unwrap();
+    attempts
+}
+
 async fn events_in(store: &Store) -> i64 {
     let mut tx = store.begin().await.unwrap();
     let n = tx
@@ -367,16 +381,7 @@ async fn a_deleted_stream_pauses_the_relay_dead_letters_nothing_and_it_resumes_w
             paused.iter().any(|p| p.destination == relay.name()),
             "{label}: the relay is paused: {paused:?}"
         );
-        let mut tx = outbox.store().begin().await.unwrap();
-        let attempts = tx
-            .fetch_i64(
-                "SELECT COALESCE(MAX(attempts), 0) FROM event_deliveries WHERE status = 'pending'",
-                &[],
-            )
-            .await
-            .unwrap()
-            .unwrap_or(-1);
-        tx.rollback().await.unwrap();
+        let attempts = max_attempts(outbox.store(), true).await;
         assert_eq!(
             attempts, 0,
             "{label}: no attempt used while the stream is missing"
@@ -522,16 +527,7 @@ async fn a_hung_broker_pauses_the_relay_without_using_attempts_and_it_resumes_wh
             (3, 0),
             "{label}: held back"
         );
-        let mut tx = outbox.store().begin().await.unwrap();
-        let attempts = tx
-            .fetch_i64(
-                "SELECT COALESCE(MAX(attempts), 0) FROM event_deliveries",
-                &[],
-            )
-            .await
-            .unwrap()
-            .unwrap_or(-1);
-        tx.rollback().await.unwrap();
+        let attempts = max_attempts(outbox.store(), false).await;
         assert_eq!(attempts, 0, "{label}: a hung broker uses no attempt");
         let line = logged("the pause", &["destination unavailable", relay.name()]).await;
         assert!(line.contains("WARN"), "{line}");

@@ -5,7 +5,7 @@ use std::io;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::store::{AuditEntry, DeadLetterFilter, Resolution};
+use crate::store::{AuditEntry, DeadLetterFilter, Resolution, RESOLVE_PAGE};
 
 use super::args::ResolveArgs;
 use super::connect::Target;
@@ -74,22 +74,12 @@ pub(super) async fn resolve(
         let entry = entry.map_err(|e| interrupted(e, doing))?;
         // A replay leaves a transport inbox's dead letters open (they have no delivery): the
         // application's inbox core replays them, when the application gave its outbox.
-        let mut inbox = 0;
-        if action == Resolution::Replay {
-            let left: Vec<i64> = store
-                .dead_letters(&filter)
-                .await?
-                .into_iter()
-                .filter(|d| d.origin.is_some())
-                .map(|d| d.id)
-                .collect();
-            inbox = left.len() as u64;
-            if !left.is_empty() && app.outbox_factory().is_none() {
-                writeln!(io.err, "warning: skipped {}", not_here(&left))?;
-            } else if !left.is_empty() {
-                replay_received(&store, app, &left, &actor, reason, io).await?;
+        let inbox = match action {
+            Resolution::Replay => {
+                replay_inbox_matching(&store, app, &filter, &actor, reason, io).await?
             }
-        }
+            Resolution::Purge => 0,
+        };
         return report_matching(&entry, total.saturating_sub(inbox), done, io);
     }
 
@@ -259,6 +249,46 @@ async fn replay_received(
         r.duplicates
     )?;
     Ok(())
+}
+
+/// After a replay over `filter`: the transport inbox dead letters it left open (they have no
+/// delivery), replayed through the application's inbox core in pages when the application gave
+/// its outbox, else named once. Returns how many there were.
+async fn replay_inbox_matching(
+    store: &crate::Store,
+    app: &App<'_>,
+    filter: &DeadLetterFilter,
+    actor: &str,
+    reason: &str,
+    io: &mut Io<'_>,
+) -> Result<u64, CliError> {
+    let mut replayed = 0;
+    loop {
+        // In pages, as the store's part: memory stays one page.
+        let page = DeadLetterFilter {
+            limit: Some(RESOLVE_PAGE),
+            ..filter.clone()
+        };
+        let page = store.dead_letters(&page).await?;
+        let left: Vec<i64> = page
+            .iter()
+            .filter(|d| d.origin.is_some())
+            .map(|d| d.id)
+            .collect();
+        if left.is_empty() {
+            return Ok(replayed);
+        }
+        if app.outbox_factory().is_none() {
+            writeln!(io.err, "warning: skipped {}", not_here(&left))?;
+            // What is open now is the inbox's (or came after the store's part).
+            return Ok(store.count_dead_letters(filter).await?);
+        }
+        replay_received(store, app, &left, actor, reason, io).await?;
+        replayed += left.len() as u64;
+        if page.len() < RESOLVE_PAGE as usize {
+            return Ok(replayed);
+        }
+    }
 }
 
 /// Why this tool does not replay the transport inbox dead letters `ids`.
