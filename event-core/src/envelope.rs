@@ -18,6 +18,14 @@ use crate::event::DomainEvent;
 /// The CloudEvents `source` used when none is set: a URI-reference naming this framework.
 pub const DEFAULT_SOURCE: &str = "urn:event-core";
 
+/// The CloudEvents extension attribute a relay adds to the bytes it publishes: the `sequence`
+/// of the previous event of the same aggregate that this relay published (`0`: none known).
+/// A consuming inbox releases an event to its handlers only once that predecessor was
+/// released, so that a broker's redelivery order never reorders an aggregate's events. It is
+/// never part of a stored envelope of the producer, and a header may not use the name. The
+/// value is a string of digits or a JSON number.
+pub const PREVIOUS_SEQUENCE_ATTRIBUTE: &str = "prevsequence";
+
 /// Attribute names the envelope writes itself; a header may not use them.
 const RESERVED: &[&str] = &[
     "specversion",
@@ -35,6 +43,7 @@ const RESERVED: &[&str] = &[
     "sequence",
     "correlationid",
     "causationid",
+    PREVIOUS_SEQUENCE_ATTRIBUTE,
 ];
 
 /// Application headers of an envelope, carried as CloudEvents extension attributes.

@@ -117,7 +117,10 @@ mod recorder;
 mod union;
 mod upcast;
 
-pub use envelope::{AnyEnvelope, Envelope, Headers, Metadata, RawEnvelope, DEFAULT_SOURCE};
+pub use envelope::{
+    AnyEnvelope, Envelope, Headers, Metadata, RawEnvelope, DEFAULT_SOURCE,
+    PREVIOUS_SEQUENCE_ATTRIBUTE,
+};
 pub use error::{DecodeError, ErrorChain, ErrorChainIter, ErrorKind, HandlerError, HeaderError};
 pub use event::{check_event_name, DomainEvent, EventDescriptor};
 pub use handler::{

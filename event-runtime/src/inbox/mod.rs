@@ -87,9 +87,13 @@
 //! # }
 //! ```
 
+mod gaps;
 mod origin;
 mod receive;
 mod replay;
+
+pub use crate::store::backend::Gap;
+pub use gaps::GapAcceptance;
 
 pub use origin::Origin;
 

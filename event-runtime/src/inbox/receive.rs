@@ -7,6 +7,7 @@ use event_core::{AnyEnvelope, DecodeError, RawEnvelope};
 use uuid::Uuid;
 
 use super::{InboxReport, Incoming, Receipt, Verdict};
+use crate::store::backend::{ChainLink, LinkKind};
 use crate::store::{DeadLetterReason, InboxDeadLetter, Place};
 use crate::{Outbox, OutboxError, StoreError};
 
@@ -29,12 +30,52 @@ pub(super) struct Poison {
     pub(super) reason: DeadLetterReason,
     pub(super) chain: Vec<String>,
     pub(super) raw: Option<Box<RawEnvelope>>,
+    /// This consumer registers no event of its name: its dead letter fills its place in the
+    /// aggregate's chain instead of holding the events after it.
+    pub(super) unknown_name: bool,
 }
 
 /// The aggregate key of a received event: its aggregate type and the producer's source, so
 /// that it never collides with this service's own aggregates.
 pub(super) fn received_key(raw: &RawEnvelope) -> String {
     format!("{}@{}", raw.meta.aggregate_type, raw.meta.source)
+}
+
+/// The predecessor a relay named in `raw` (CloudEvents extension attribute `prevsequence`, a
+/// string of digits or a number); 0 when it names none, or names it in a form that is not a
+/// sequence (never held for it).
+pub(super) fn previous_of(raw: &RawEnvelope) -> u64 {
+    raw.meta
+        .headers
+        .get(event_core::PREVIOUS_SEQUENCE_ATTRIBUTE)
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(0)
+}
+
+/// The place `raw` fills in its aggregate's chain, as `kind`.
+pub(super) fn link_of(raw: &RawEnvelope, kind: LinkKind) -> ChainLink {
+    ChainLink {
+        aggregate_type: received_key(raw),
+        aggregate_id: raw.meta.aggregate_id.clone(),
+        sequence: raw.meta.sequence,
+        previous: previous_of(raw),
+        event_id: raw.meta.id,
+        kind,
+    }
+}
+
+/// The place a dead letter fills in its aggregate's chain: none when its body did not
+/// decode that far (no aggregate, no sequence).
+fn dead_link(p: &Poison) -> Option<ChainLink> {
+    let raw = p.raw.as_deref()?;
+    (raw.meta.sequence > 0).then(|| {
+        let kind = if p.unknown_name {
+            LinkKind::Filler
+        } else {
+            LinkKind::DeadLetter
+        };
+        link_of(raw, kind)
+    })
 }
 
 impl Outbox {
@@ -93,6 +134,7 @@ impl Outbox {
             reason,
             chain,
             raw,
+            unknown_name: false,
         };
         if let Some(ct) = &m.content_type {
             // A media type's type and subtype are case-insensitive (RFC 9110 §8.3.1); its
@@ -142,7 +184,11 @@ impl Outbox {
                     }
                     _ => DeadLetterReason::Undecodable,
                 };
-                Err(poison(reason, chain(&e), Some(Box::new(raw))))
+                let unknown_name = matches!(e, DecodeError::UnknownName { .. });
+                Err(Poison {
+                    unknown_name,
+                    ..poison(reason, chain(&e), Some(Box::new(raw)))
+                })
             }
         }
     }
@@ -161,6 +207,7 @@ impl Outbox {
                 reason: DeadLetterReason::Undecodable,
                 chain: chain(&e),
                 raw: Some(Box::new(c.raw.clone())),
+                unknown_name: false,
             })
     }
 }
@@ -229,6 +276,7 @@ impl<'a> Receiving<'a> {
                 let mut uow = self.outbox.begin().await?;
                 if std::mem::take(&mut look_up) {
                     set_aside_conflicts(uow.tx(), &mut candidates, &mut poison).await?;
+                    set_aside_late(uow.tx(), &mut candidates, &mut poison).await?;
                 }
                 // In batch order: the dead letters' ids follow the stream.
                 poison.sort_by_key(|p| p.idx);
@@ -242,6 +290,14 @@ impl<'a> Receiving<'a> {
                             .await?,
                     );
                 }
+                // Every place of the batch in its aggregate's chain, before the deliveries
+                // are written (those of an event left held are held).
+                let links: Vec<ChainLink> = poison
+                    .iter()
+                    .filter_map(dead_link)
+                    .chain(candidates.iter().map(|c| link_of(&c.raw, LinkKind::Event)))
+                    .collect();
+                uow.tx().backend().link(&links, self.now).await?;
                 for c in &mut candidates {
                     let _span =
                         tracing::debug_span!("receive", event_id = %c.raw.meta.id).entered();
@@ -320,6 +376,10 @@ impl<'a> Receiving<'a> {
             let attempt = async {
                 let mut uow = self.outbox.begin().await?;
                 let origin = &self.batch[c.idx].origin;
+                uow.tx()
+                    .backend()
+                    .link(&[link_of(&c.raw, LinkKind::Event)], self.now)
+                    .await?;
                 uow.add_received(envelope, c.json.clone(), c.key.clone(), Some(origin));
                 uow.commit().await
             }
@@ -359,6 +419,9 @@ impl<'a> Receiving<'a> {
             .backend()
             .insert_inbox_dead_letter(&d, self.now)
             .await?;
+        if let Some(link) = dead_link(&p) {
+            uow.tx().backend().link(&[link], self.now).await?;
+        }
         uow.commit().await?;
         self.receipt.new_dead_letters += usize::from(written);
         self.receipt.verdicts[p.idx] = Verdict::DeadLettered(p.reason);
@@ -477,6 +540,7 @@ fn refused(c: Candidate, reason: DeadLetterReason, error: &OutboxError) -> Poiso
         reason,
         chain,
         raw: Some(Box::new(c.raw)),
+        unknown_name: false,
     }
 }
 
@@ -513,6 +577,57 @@ async fn set_aside_conflicts(
             sequence: c.raw.meta.sequence,
         });
         poison.push(refused(c, DeadLetterReason::Conflict, &e));
+    }
+    Ok(())
+}
+
+/// Moves the `candidates` whose place in their aggregate's chain an operator skipped (an
+/// accepted gap) to `poison`, as `late` dead letters: the events after them were released
+/// without them. Replaying such a dead letter delivers it, out of order.
+async fn set_aside_late(
+    tx: &mut crate::Tx,
+    candidates: &mut Vec<Candidate>,
+    poison: &mut Vec<Poison>,
+) -> Result<(), OutboxError> {
+    let places: Vec<(&str, &str, u64)> = candidates
+        .iter()
+        .map(|c| {
+            (
+                c.key.as_str(),
+                c.raw.meta.aggregate_id.as_str(),
+                c.raw.meta.sequence,
+            )
+        })
+        .filter(|p| p.2 > 0)
+        .collect();
+    if places.is_empty() {
+        return Ok(());
+    }
+    let late = tx.backend().skipped_places(&places).await?;
+    if late.is_empty() {
+        return Ok(());
+    }
+    let late: HashSet<(String, String, u64)> = late
+        .into_iter()
+        .map(|i| (places[i].0.to_owned(), places[i].1.to_owned(), places[i].2))
+        .collect();
+    for c in std::mem::take(candidates) {
+        let m = &c.raw.meta;
+        if !late.contains(&(c.key.clone(), m.aggregate_id.clone(), m.sequence)) {
+            candidates.push(c);
+            continue;
+        }
+        let what = format!(
+            "event {} ({} {} sequence {}) arrived after an operator accepted the gap it left; the events after it were handled without it (a replay delivers it, out of order)",
+            m.id, c.key, m.aggregate_id, m.sequence
+        );
+        poison.push(Poison {
+            idx: c.idx,
+            reason: DeadLetterReason::Late,
+            chain: vec![what],
+            raw: Some(Box::new(c.raw)),
+            unknown_name: false,
+        });
     }
     Ok(())
 }

@@ -3,8 +3,9 @@
 
 use event_core::RawEnvelope;
 
-use super::receive::received_key;
+use super::receive::{link_of, received_key};
 use super::InboxReport;
+use crate::store::backend::LinkKind;
 use crate::{Outbox, OutboxError};
 
 impl Outbox {
@@ -61,6 +62,7 @@ impl Outbox {
             .take_inbox_dead_letters(ids, inbox, actor, reason, now)
             .await?;
         let taken_count = taken.len();
+        let mut links = Vec::with_capacity(taken_count);
         for d in taken {
             let not_replayable = |source| OutboxError::NotReplayable {
                 dead_letter: d.id,
@@ -73,8 +75,12 @@ impl Outbox {
                 .decode(&raw)
                 .map_err(not_replayable)?;
             let key = received_key(&raw);
+            // Its place in the aggregate's chain: a dead letter's place is taken (the events
+            // it held are released after it), a skipped one (late) is released at once.
+            links.push(link_of(&raw, LinkKind::Event));
             uow.add_received(envelope, d.body, key, d.origin.as_ref());
         }
+        uow.tx().backend().link(&links, now).await?;
         let replayed = taken_count;
         let r = uow.commit().await?;
         Ok(InboxReport {

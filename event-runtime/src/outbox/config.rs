@@ -79,6 +79,13 @@ pub struct OutboxConfig {
     /// count against it). A larger one fails the commit with
     /// [`OutboxError::TooLarge`](crate::OutboxError::TooLarge) before anything is written.
     pub max_envelope_bytes: usize,
+    /// How long a received event may wait for its predecessor in its aggregate's chain before
+    /// the wait is reported as a gap (default 5 min): a warning naming the aggregate and the
+    /// missing sequence, a row in `event_inbox_gaps` (`events dlq list` kind `gap`), and
+    /// `events_inbox_gaps_opened_total`. A transport's inbox refuses to start unless it
+    /// exceeds the broker's redelivery delay (NATS: the consumer's ack wait plus the fetch
+    /// wait), so that a message merely waiting for redelivery is never reported.
+    pub gap_after: Duration,
 }
 
 impl Default for OutboxConfig {
@@ -96,6 +103,7 @@ impl Default for OutboxConfig {
             metrics_interval: Duration::from_secs(5),
             source: None,
             max_envelope_bytes: (1 << 20) - 1024,
+            gap_after: Duration::from_secs(300),
         }
     }
 }
@@ -128,6 +136,7 @@ setters!(OutboxConfig:
     retention_batch: u32,
     metrics_interval: Duration,
     max_envelope_bytes: usize,
+    gap_after: Duration,
 );
 
 impl OutboxConfig {

@@ -2,6 +2,13 @@
 //! the dispatcher) or something a transport provides ([`Destination`], a relay to a broker).
 //! The engine claims, leases, orders, retries, pauses and dead-letters deliveries the same way
 //! for both; only the call differs. Nothing here touches the store.
+//!
+//! A relay keeps each aggregate's chain for its consumers: every ordered delivery carries the
+//! sequence of the previous event of its aggregate that the relay published
+//! ([`Delivery::previous_sequence`], read from the store's `event_relay_chain` when the
+//! delivery is claimed, written there when its publish completes), and a transport publishes
+//! [`Delivery::wire_envelope`], which adds it as the CloudEvents extension attribute
+//! `prevsequence`. A consuming inbox releases an event only after that predecessor.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,6 +44,11 @@ pub struct Delivery<'a> {
     pub attempt: u32,
     /// The CloudEvents JSON envelope, byte for byte as committed.
     pub envelope: &'a str,
+    /// For a relay's ordered delivery: the sequence of the previous event of this aggregate
+    /// that this destination published (`Some(0)`: none), read from the store when it is
+    /// claimed, the same on every attempt. A transport puts it on the wire with
+    /// [`wire_envelope`](Self::wire_envelope). `None` for an unsequenced event.
+    pub previous_sequence: Option<u64>,
 }
 
 impl<'a> Delivery<'a> {
@@ -52,6 +64,7 @@ impl<'a> Delivery<'a> {
             sequence: 0,
             attempt: 1,
             envelope,
+            previous_sequence: None,
         }
     }
 
@@ -79,6 +92,50 @@ impl<'a> Delivery<'a> {
     pub fn attempt(mut self, attempt: u32) -> Self {
         self.attempt = attempt;
         self
+    }
+
+    /// With [`previous_sequence`](Self::previous_sequence) set.
+    pub fn previous_sequence(mut self, previous: u64) -> Self {
+        self.previous_sequence = Some(previous);
+        self
+    }
+
+    /// The bytes to publish: the stored envelope with the CloudEvents extension attribute
+    /// [`prevsequence`](event_core::PREVIOUS_SEQUENCE_ATTRIBUTE) (a string of digits) set to
+    /// [`previous_sequence`](Self::previous_sequence), or the stored envelope itself when
+    /// that is `None`. An envelope that carries the attribute already (an event this service
+    /// received and forwards) has it replaced. The stored envelope is never changed.
+    pub fn wire_envelope(&self) -> std::borrow::Cow<'a, str> {
+        match self.previous_sequence {
+            Some(previous) => with_previous_sequence(self.envelope, previous),
+            None => std::borrow::Cow::Borrowed(self.envelope),
+        }
+    }
+}
+
+/// `envelope` (a JSON object) with `prevsequence` set to `previous`; unchanged when it is
+/// not a JSON object.
+fn with_previous_sequence(envelope: &str, previous: u64) -> std::borrow::Cow<'_, str> {
+    use std::borrow::Cow;
+    let name = event_core::PREVIOUS_SEQUENCE_ATTRIBUTE;
+    if envelope.contains(&format!("\"{name}\"")) {
+        // Rare (a forwarded event): parsed and written again.
+        return match serde_json::from_str::<serde_json::Value>(envelope) {
+            Ok(serde_json::Value::Object(mut map)) => {
+                map.insert(name.into(), serde_json::Value::String(previous.to_string()));
+                Cow::Owned(serde_json::Value::Object(map).to_string())
+            }
+            _ => Cow::Borrowed(envelope),
+        };
+    }
+    let Some(rest) = envelope.trim_start().strip_prefix('{') else {
+        return Cow::Borrowed(envelope);
+    };
+    let attribute = format!("\"{name}\":\"{previous}\"");
+    if rest.trim_start().starts_with('}') {
+        Cow::Owned(format!("{{{attribute}{rest}"))
+    } else {
+        Cow::Owned(format!("{{{attribute},{rest}"))
     }
 }
 

@@ -73,6 +73,72 @@ impl Outbox {
         (runs, unknown)
     }
 
+    /// Sets the predecessor each ordered delivery of a relay's run publishes with: the
+    /// first names what the store's `event_relay_chain` says the relay published last for
+    /// the aggregate (or, when that is this very event, what it named then: a re-published
+    /// attempt carries the same value), each next one the delivery before it. A chain row
+    /// older than the retention window counts as none (`0`). When the store cannot be read,
+    /// the deliveries are published unchained (`prevsequence` absent: never held).
+    pub(crate) async fn chain_relay_runs(&self, runs: &mut [Run]) {
+        let keys: Vec<_> = runs
+            .iter()
+            .filter(|r| matches!(r.dest.target, Target::External(_)))
+            .filter(|r| r.deliveries[0].sequence > 0)
+            .map(|r| {
+                let d = &r.deliveries[0];
+                (
+                    r.dest.name.clone(),
+                    d.aggregate_type.clone(),
+                    d.aggregate_id.clone(),
+                )
+            })
+            .collect();
+        if keys.is_empty() {
+            return;
+        }
+        let fresh_after = self.inner.clock.now_ms()
+            - i64::try_from(self.inner.config.retention.as_millis()).unwrap_or(i64::MAX);
+        let last = match self
+            .inner
+            .store
+            .backend()
+            .relay_chain(&keys, fresh_after)
+            .await
+        {
+            Ok(last) => last,
+            Err(e) => {
+                tracing::warn!(error = %ErrorChain(&e), "reading the relay chain failed; publishing these deliveries without prevsequence");
+                return;
+            }
+        };
+        for run in runs
+            .iter_mut()
+            .filter(|r| matches!(r.dest.target, Target::External(_)))
+        {
+            let first = &run.deliveries[0];
+            if first.sequence == 0 {
+                continue;
+            }
+            let key = (
+                run.dest.name.clone(),
+                first.aggregate_type.clone(),
+                first.aggregate_id.clone(),
+            );
+            let mut previous = match last.get(&key) {
+                None => 0,
+                Some(&(last, _)) if last < first.sequence => last,
+                Some(&(last, named)) if last == first.sequence => named,
+                // The relay published a later event already (a replayed dead letter after a
+                // purge let its successors pass): no predecessor to name.
+                Some(_) => 0,
+            };
+            for d in &mut run.deliveries {
+                d.relay_previous = Some(previous);
+                previous = d.sequence;
+            }
+        }
+    }
+
     /// What a failed attempt leads to: a retry after backoff, or the dead letter queue.
     fn after_failure(&self, dest: &Resolved, d: &ClaimedDelivery, failure: Failure) -> Decision {
         let attempts = d.attempts.saturating_add(1);
@@ -208,6 +274,7 @@ impl Outbox {
                     sequence: d.sequence,
                     attempt: d.attempts.saturating_add(1),
                     envelope: &d.envelope,
+                    previous_sequence: d.relay_previous,
                 };
                 match AssertUnwindSafe(destination.deliver(&delivery))
                     .catch_unwind()
@@ -583,6 +650,7 @@ pub(crate) fn settlement<'a>(
         aggregate_id: &d.aggregate_id,
         sequence: d.sequence,
         outcome,
+        relay_previous: d.relay_previous,
     }
 }
 

@@ -20,6 +20,10 @@ pub struct PurgeReport {
     pub steps: u64,
     /// Another process was purging: this one stopped without deleting.
     pub busy: bool,
+    /// Chain rows deleted: relay chains of aggregates that published nothing within the
+    /// retention window, and the released places of received aggregates idle that long
+    /// (their next event starts a new chain).
+    pub chains: u64,
 }
 
 impl Outbox {
@@ -71,6 +75,13 @@ impl Outbox {
             }
             // Let the deliveries between two steps through.
             tokio::task::yield_now().await;
+        }
+        if !report.busy && !cancel.is_cancelled() {
+            report.chains = inner
+                .store
+                .backend()
+                .purge_chains(cutoff, batch as usize)
+                .await?;
         }
         Ok(report)
     }

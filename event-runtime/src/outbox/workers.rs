@@ -275,8 +275,9 @@ impl Outbox {
                         lease.mark_written();
                     }
                     report.claimed += claimed;
-                    let (runs, unknown) = self.runs(got);
+                    let (mut runs, unknown) = self.runs(got);
                     self.release_now(&token, &unknown).await?;
+                    self.chain_relay_runs(&mut runs).await;
                     let (inline, concurrent): (Vec<_>, Vec<_>) =
                         runs.into_iter().partition(|r| !r.dest.is_external());
                     for run in concurrent {
@@ -396,6 +397,10 @@ impl Outbox {
                         inner.wake.notify_waiters();
                     }
                     Err(e) => tracing::warn!(error = %ErrorChain(&e), "repairing runs failed"),
+                }
+                // Received events held longer than gap_after for a predecessor: reported.
+                if let Err(e) = self.detect_gaps().await {
+                    tracing::warn!(error = %ErrorChain(&e), "looking for gaps failed");
                 }
             }
             if last_purge.elapsed() >= inner.config.retention_interval {

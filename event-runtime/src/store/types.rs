@@ -34,6 +34,10 @@ pub enum DeadLetterReason {
     /// events with new ids, from a fresh database). Purge it when the stored event is the one
     /// to keep; a replay commits it once that place is free.
     Conflict,
+    /// `late`: a message a transport's inbox received for a place in its aggregate's chain
+    /// whose gap an operator accepted (`events inbox gaps accept`): the events after it were
+    /// handled without it. A replay delivers it, out of order.
+    Late,
     /// A reason this version does not know.
     Other(String),
 }
@@ -49,6 +53,7 @@ impl DeadLetterReason {
             DeadLetterReason::Exhausted => "exhausted",
             DeadLetterReason::Unrecordable => "unrecordable",
             DeadLetterReason::Conflict => "conflict",
+            DeadLetterReason::Late => "late",
             DeadLetterReason::Other(s) => s,
         }
     }
@@ -66,6 +71,7 @@ impl FromStr for DeadLetterReason {
             "exhausted" => DeadLetterReason::Exhausted,
             "unrecordable" => DeadLetterReason::Unrecordable,
             "conflict" => DeadLetterReason::Conflict,
+            "late" => DeadLetterReason::Late,
             other => DeadLetterReason::Other(other.to_owned()),
         })
     }

@@ -46,9 +46,9 @@ use crate::inbox::Origin;
 mod rows;
 
 pub use rows::{
-    ClaimRequest, ClaimedDelivery, DestinationOperation, DestinationPage, InboxDeadLetter,
-    NewEvent, Pause, PlaceQuery, PurgeStep, ResolutionSelection, Route, SettleOutcome,
-    SettleResult, Settlement, TakenDeadLetter,
+    ChainLink, ClaimRequest, ClaimedDelivery, DestinationOperation, DestinationPage, Gap,
+    InboxDeadLetter, LinkKind, Linked, NewEvent, Pause, PlaceQuery, PurgeStep, RelayChainKey,
+    ResolutionSelection, Route, SettleOutcome, SettleResult, Settlement, TakenDeadLetter,
 };
 
 /// A database the outbox can live in.
@@ -395,6 +395,57 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// not in the outbox).
     async fn received_origin(&self, event_id: Uuid) -> Result<Option<Origin>, StoreError>;
 
+    /// The relay chain rows of `keys` written at or after `fresh_after` (ms; an older row is
+    /// expired and its chain restarts at 0): (the last sequence published, the predecessor
+    /// it named) per key.
+    async fn relay_chain(
+        &self,
+        keys: &[RelayChainKey],
+        fresh_after: i64,
+    ) -> Result<std::collections::HashMap<RelayChainKey, (u64, u64)>, StoreError>;
+
+    /// Opens a gap for every held received event recorded at or before `older_than` (ms)
+    /// whose predecessor did not arrive or was dead-lettered here, unless one is open for
+    /// it; at most `limit`. Returns the gaps opened.
+    async fn open_gaps(
+        &self,
+        older_than: i64,
+        now: i64,
+        limit: usize,
+    ) -> Result<Vec<Gap>, StoreError>;
+
+    /// Gaps in id order: the open ones, or every one with `all`; ids above `after`, at most
+    /// `limit`.
+    async fn gaps(&self, all: bool, after: i64, limit: usize) -> Result<Vec<Gap>, StoreError>;
+
+    /// Accepts the open gaps `ids` in one transaction under the audit row `audit_id` (written
+    /// by [`start_audit`](Self::start_audit), its count raised by the gaps accepted): the
+    /// missing places are skipped and the held events after them released in chain order.
+    /// Returns the gaps accepted (a gap closed meanwhile is left out).
+    async fn accept_gaps(
+        &self,
+        ids: &[i64],
+        audit_id: i64,
+        now: i64,
+    ) -> Result<Vec<Gap>, StoreError>;
+
+    /// Deletes chain state older than `cutoff` (ms): relay rows of aggregates that published
+    /// nothing since, places of received aggregates idle since (never a held or dead one);
+    /// at most about `limit` rows per table. Returns the rows deleted.
+    async fn purge_chains(&self, cutoff: i64, limit: usize) -> Result<u64, StoreError>;
+
+    /// Appends an unfinished audit row (`action`, `actor`, `reason`, `selection` as given)
+    /// for an operation that runs page by page; finish it with
+    /// [`finish_resolution`](Self::finish_resolution).
+    async fn start_audit(
+        &self,
+        action: &str,
+        actor: &str,
+        reason: &str,
+        selection: Option<&str>,
+        now: i64,
+    ) -> Result<AuditEntry, StoreError>;
+
     /// Whether `error` (anywhere in its chain) is a deadlock or serialization failure of
     /// this database, which asks for the whole transaction to be retried.
     fn is_conflict(&self, error: &(dyn std::error::Error + 'static)) -> bool;
@@ -488,6 +539,20 @@ pub trait BackendTransaction: Send + fmt::Debug {
 
     /// The indexes of the `places` the outbox holds under another event id.
     async fn held_places(&mut self, places: &[PlaceQuery<'_>]) -> Result<Vec<usize>, StoreError>;
+
+    /// Links received events and dead letters into their aggregates' chains and releases
+    /// what can be released (see [`LinkKind`]); the deliveries inserted after this call in
+    /// this transaction for an event that stays held are held (part of their run, never
+    /// ready), and the runs of deliveries released are made ready at commit. Two
+    /// transactions linking one aggregate run one after the other.
+    async fn link(&mut self, links: &[ChainLink], now: i64) -> Result<Linked, StoreError>;
+
+    /// The indexes of the `places` (aggregate type, aggregate id, sequence) whose gap an
+    /// operator accepted: an event arriving there is late.
+    async fn skipped_places(
+        &mut self,
+        places: &[(&str, &str, u64)],
+    ) -> Result<Vec<usize>, StoreError>;
 
     /// Extends the leases `tokens` (this process's live workers) to `expires_at` inside this
     /// transaction, where the database has a single writer (SQLite): while this transaction

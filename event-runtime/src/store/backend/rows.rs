@@ -137,6 +137,10 @@ pub struct ClaimedDelivery {
     pub version: u32,
     /// The stored envelope.
     pub envelope: String,
+    /// For a relay's delivery of an ordered event: the predecessor it publishes with
+    /// (`prevsequence`), set by the engine from `event_relay_chain` before it is published.
+    /// A backend's claim returns `None`.
+    pub relay_previous: Option<u64>,
 }
 
 /// The outcome of one claimed delivery, to record.
@@ -155,6 +159,10 @@ pub struct Settlement<'a> {
     pub sequence: u64,
     /// What happened.
     pub outcome: SettleOutcome<'a>,
+    /// For a relay's delivery of an ordered event: the predecessor it published with
+    /// (`prevsequence`). A completion records (destination, aggregate) → (sequence, this)
+    /// in `event_relay_chain`. `None` for local handlers.
+    pub relay_previous: Option<u64>,
 }
 
 /// What happened to a claimed delivery.
@@ -299,4 +307,81 @@ pub struct DestinationPage {
     /// Re-target: deliveries (pending or dead, with their dead letters) of events the new
     /// destination already had a delivery of, purged instead of moved.
     pub duplicates: u64,
+}
+
+/// A relay chain key: (relay destination, aggregate type, aggregate id).
+pub type RelayChainKey = (String, String, String);
+
+/// What fills a place of a received aggregate's chain ([`BackendTransaction::link`](super::BackendTransaction::link)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LinkKind {
+    /// An accepted event: released when its predecessor is, held until then.
+    Event,
+    /// A dead letter of an event this consumer does not take (an unknown name): fills its
+    /// place, never holds its successors.
+    Filler,
+    /// A dead letter of an event this consumer should have taken (an unknown version,
+    /// undecodable, a conflict, refused for good): holds its successors until it is
+    /// replayed, or purged (which accepts the gap).
+    DeadLetter,
+}
+
+/// One place of a received aggregate's chain.
+#[derive(Debug, Clone)]
+pub struct ChainLink {
+    /// The aggregate type as stored (a received key: `<type>@<source>`).
+    pub aggregate_type: String,
+    /// The aggregate id.
+    pub aggregate_id: String,
+    /// The event's sequence (a link of sequence 0 is ignored).
+    pub sequence: u64,
+    /// The predecessor the producer's relay named (`prevsequence`); 0 for none.
+    pub previous: u64,
+    /// The event id.
+    pub event_id: Uuid,
+    /// What fills the place.
+    pub kind: LinkKind,
+}
+
+/// What [`BackendTransaction::link`](super::BackendTransaction::link) did.
+#[derive(Debug, Clone, Default)]
+pub struct Linked {
+    /// Events linked that stay held (their predecessor is not released).
+    pub held: Vec<Uuid>,
+    /// Events released by this link, held before or linked now, in chain order per
+    /// aggregate.
+    pub released: Vec<Uuid>,
+    /// Open gaps that closed because their missing event arrived.
+    pub closed_gaps: u64,
+}
+
+/// A gap in a received aggregate's chain: a held event whose predecessor did not arrive in
+/// time (`event_inbox_gaps`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Gap {
+    /// The gap's id.
+    pub id: i64,
+    /// The aggregate type as stored (`<type>@<source>` for a received event).
+    pub aggregate_type: String,
+    /// The aggregate id.
+    pub aggregate_id: String,
+    /// The missing predecessor's sequence (earlier ones may be missing too).
+    pub missing_sequence: u64,
+    /// The held event that names it.
+    pub waiting_sequence: u64,
+    /// Its event id.
+    pub waiting_event_id: Uuid,
+    /// When it was received, ms since the epoch.
+    pub waiting_since: i64,
+    /// The open inbox dead letter at the missing place, when the event arrived and was
+    /// dead-lettered here.
+    pub dead_letter_id: Option<i64>,
+    /// When the gap was reported, ms.
+    pub opened_at: i64,
+    /// When it closed, ms.
+    pub closed_at: Option<i64>,
+    /// How it closed: `arrived` (the missing event came) or `accepted` (an operator).
+    pub resolution: Option<String>,
 }

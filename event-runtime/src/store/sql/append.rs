@@ -138,11 +138,13 @@ async fn conflicting_row<D: Dialect>(
 
 /// Inserts one delivery row per (event, route) of `events`, due at `now`. An unordered route
 /// or an unsequenced event is its own run, ready at once; for the others the head of each
-/// run is made ready. Returns the runs that found an earlier delivery pending (to promote
+/// run is made ready, unless it is a delivery of an event in `held` (a received event whose
+/// predecessor was not released: part of its run, never ready until released). Returns the runs that found an earlier delivery pending (to promote
 /// again after COMMIT, where the dialect needs it).
 pub(crate) async fn insert_deliveries<D: Dialect>(
     conn: &mut Conn<D>,
     events: &[&NewEvent],
+    held: &HashSet<Uuid>,
     now: i64,
 ) -> Result<Vec<StreamKey>, StoreError> {
     struct Row<'a> {
@@ -177,7 +179,7 @@ pub(crate) async fn insert_deliveries<D: Dialect>(
         }
     }
     for chunk in deliveries.chunks(CHUNK) {
-        let mut args = Vec::with_capacity(chunk.len() * 8);
+        let mut args = Vec::with_capacity(chunk.len() * 9);
         for d in chunk {
             args.extend([
                 Arg::Str(d.destination),
@@ -189,11 +191,12 @@ pub(crate) async fn insert_deliveries<D: Dialect>(
                 Arg::I64(now),
                 // Sequence 0 is never held back by, nor holds back, another delivery.
                 Arg::Bool(d.sequence == 0),
+                Arg::Bool(d.sequence > 0 && held.contains(&d.event.event_id)),
             ]);
         }
         let sql = format!(
-            "INSERT INTO event_deliveries (handler, event_id, aggregate_type, aggregate_id, sequence, next_attempt_at, created_at, ready) VALUES {} ON CONFLICT (handler, event_id) DO NOTHING",
-            placeholders(chunk.len(), 8, 1)
+            "INSERT INTO event_deliveries (handler, event_id, aggregate_type, aggregate_id, sequence, next_attempt_at, created_at, ready, held) VALUES {} ON CONFLICT (handler, event_id) DO NOTHING",
+            placeholders(chunk.len(), 9, 1)
         );
         execute::<D>(conn, &sql, &args).await?;
     }
@@ -209,7 +212,8 @@ pub(crate) async fn insert_deliveries<D: Dialect>(
 }
 
 /// Makes ready the earliest pending delivery of each run in `streams`, unless an earlier one
-/// of the run is dead (the run waits for its replay or purge). Returns the runs whose head this
+/// of the run is dead (the run waits for its replay or purge) or it is held (its event waits
+/// for its predecessor: see `chain`). Returns the runs whose head this
 /// call made ready, with the head's event id (not those whose head was ready already).
 pub(crate) async fn promote<D: Dialect>(
     conn: &mut Conn<D>,
@@ -235,7 +239,7 @@ pub(crate) async fn promote<D: Dialect>(
                        AND p.sequence > 0 ORDER BY p.sequence LIMIT 1) AS e \
                    FROM (VALUES {}) AS k) AS n \
              WHERE event_deliveries.handler = n.h AND event_deliveries.event_id = n.e \
-               AND NOT event_deliveries.ready \
+               AND NOT event_deliveries.ready AND NOT event_deliveries.held \
              RETURNING event_deliveries.handler, event_deliveries.aggregate_type, \
                  event_deliveries.aggregate_id, event_deliveries.event_id",
             placeholders(chunk.len(), 3, 1)

@@ -19,7 +19,7 @@ pub(crate) fn heads_sql(table: &str, destinations: &str, suffix: &str) -> String
         "SELECT d.handler, d.event_id, d.aggregate_type, d.aggregate_id, d.sequence, d.next_attempt_at, \
                 d.lease_token AS prior_token \
          FROM {table} \
-         WHERE d.status = 'pending' AND d.ready AND d.next_attempt_at <= $1 \
+         WHERE d.status = 'pending' AND d.ready AND NOT d.held AND d.next_attempt_at <= $1 \
            AND d.handler IN {destinations} \
            AND NOT EXISTS (SELECT 1 FROM event_paused_destinations z WHERE z.destination = d.handler \
                AND (z.expires_at IS NULL OR z.expires_at > $1)) \
@@ -58,6 +58,7 @@ pub(crate) fn claimed_from_row<D: Dialect>(
             .map_err(db)?
             .clamp(0, i64::from(u32::MAX)) as u32,
         envelope: D::DB::get_string(r, "envelope").map_err(db)?,
+        relay_previous: None,
     })
 }
 
@@ -104,7 +105,15 @@ async fn followers<D: Dialect>(
                 "SELECT * FROM (SELECT handler, event_id FROM event_deliveries \
                  WHERE handler = ${} AND aggregate_type = ${} AND aggregate_id = ${} \
                  AND status IN ('pending', 'dead') AND status = 'pending' AND sequence > ${} \
+                 AND NOT EXISTS (SELECT 1 FROM event_deliveries y WHERE y.handler = ${} \
+                     AND y.aggregate_type = ${} AND y.aggregate_id = ${} AND y.held \
+                     AND y.status = 'pending' AND y.sequence > ${} \
+                     AND y.sequence <= event_deliveries.sequence) \
                  ORDER BY sequence LIMIT $1)",
+                p,
+                p + 1,
+                p + 2,
+                p + 3,
                 p,
                 p + 1,
                 p + 2,

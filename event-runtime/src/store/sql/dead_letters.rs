@@ -141,6 +141,14 @@ pub(crate) async fn resolve_one<D: Dialect>(
     .await?;
     let mut stream = None;
     if action == Resolution::Purge {
+        // A purged inbox dead letter that held the events after it in its aggregate's chain
+        // accepts the gap it leaves: they are released (their runs made ready now; the
+        // periodic run repair covers a commit that raced it).
+        let released =
+            super::chain::skip_dead_places::<D>(conn, std::slice::from_ref(&event_id)).await?;
+        if !released.is_empty() {
+            promote::<D>(conn, &released).await?;
+        }
         if let Some(r) = changed.first() {
             stream = Some((
                 handler,

@@ -160,6 +160,41 @@ pub(crate) async fn settle<D: Dialect>(
         }
     }
 
+    // A relay's completed publishes: what it published last per aggregate, with the
+    // predecessor it named (read when its next event is published).
+    let relayed: Vec<(&str, &str, &str, u64, u64)> = completed
+        .iter()
+        .filter(|&&i| matches!(results[i], Some(SettleResult::Settled)))
+        .filter_map(|&i| {
+            let s = &batch[i];
+            let previous = s.relay_previous.filter(|_| s.sequence > 0)?;
+            Some((
+                s.destination,
+                s.aggregate_type,
+                s.aggregate_id,
+                s.sequence,
+                previous,
+            ))
+        })
+        .collect();
+    if !relayed.is_empty() {
+        let recorded = contained::<D, _>(conn, contain, async |c| {
+            super::chain::record_relayed::<D>(c, &relayed, now).await
+        })
+        .await;
+        match recorded {
+            Ok(()) => {}
+            Err(e) if !contain => return Err(e),
+            // The publishes stay completed; the next event of such an aggregate names an
+            // earlier predecessor than the one it follows (the consumer's order check is
+            // looser for that one event), never a later one.
+            Err(e) => tracing::warn!(
+                error = %event_core::ErrorChain(&e),
+                "recording the relay chain failed"
+            ),
+        }
+    }
+
     if !released.is_empty() {
         contained::<D, _>(conn, contain, async |c| {
             release::<D>(c, token, batch, &ids, &released).await
@@ -492,7 +527,8 @@ pub(crate) async fn repair_runs<D: Dialect>(
                      WHERE status IN ('pending', 'dead') AND status = 'pending' AND NOT ready \
                        AND sequence > 0) AS w) AS n \
          WHERE event_deliveries.handler = n.h AND event_deliveries.event_id = n.e \
-           AND event_deliveries.status = 'pending' AND NOT event_deliveries.ready",
+           AND event_deliveries.status = 'pending' AND NOT event_deliveries.ready \
+           AND NOT event_deliveries.held",
         &[],
     )
     .await?;

@@ -159,6 +159,12 @@ pub(crate) async fn page<D: Dialect>(
             }
         }
     }
+    if action == Resolution::Purge {
+        // A purged inbox dead letter that held the events after it in its aggregate's chain
+        // accepts the gap it leaves: they are released.
+        let ids: Vec<String> = marked.iter().map(|(_, e)| e.clone()).collect();
+        streams.extend(super::chain::skip_dead_places::<D>(&mut tx, &ids).await?);
+    }
     let resolved = marked.len() as u64;
     // A purge lets the next delivery of each run flow.
     let again = unblock::<D>(&mut tx, streams).await?;

@@ -8,13 +8,13 @@ use uuid::Uuid;
 
 use super::portable::{portable_execute, portable_fetch};
 use super::{
-    begin_relaxed, db, dead_letters, delivery, inbox, maintenance, operator, promote_after_commit,
-    resolution, retarget, Conn, Dialect, SqlStore, SqlTx,
+    audit, begin_relaxed, chain, db, dead_letters, delivery, inbox, maintenance, operator,
+    promote_after_commit, resolution, retarget, Conn, Dialect, SqlStore, SqlTx,
 };
 use crate::inbox::Origin;
 use crate::store::backend::{
-    Backend, ClaimRequest, ClaimedDelivery, DestinationOperation, DestinationPage, Pause,
-    PurgeStep, ResolutionSelection, SettleResult, Settlement,
+    Backend, ClaimRequest, ClaimedDelivery, DestinationOperation, DestinationPage, Gap, Pause,
+    PurgeStep, RelayChainKey, ResolutionSelection, SettleResult, Settlement,
 };
 use crate::store::query::Row;
 use crate::store::types::{
@@ -304,6 +304,75 @@ impl<D: Dialect> Backend for SqlStore<D> {
         inbox::received_origin::<D>(&self.pool, event_id).await
     }
 
+    async fn relay_chain(
+        &self,
+        keys: &[RelayChainKey],
+        fresh_after: i64,
+    ) -> Result<std::collections::HashMap<RelayChainKey, (u64, u64)>, StoreError> {
+        chain::relay_chain::<D>(&self.pool, keys, fresh_after).await
+    }
+
+    async fn open_gaps(
+        &self,
+        older_than: i64,
+        now: i64,
+        limit: usize,
+    ) -> Result<Vec<Gap>, StoreError> {
+        chain::open_gaps::<D>(&self.pool, older_than, now, limit).await
+    }
+
+    async fn gaps(&self, all: bool, after: i64, limit: usize) -> Result<Vec<Gap>, StoreError> {
+        chain::gaps::<D>(&self.pool, all, after, limit).await
+    }
+
+    async fn accept_gaps(
+        &self,
+        ids: &[i64],
+        audit_id: i64,
+        now: i64,
+    ) -> Result<Vec<Gap>, StoreError> {
+        let mut tx = D::begin(&self.pool).await.map_err(db)?;
+        let (accepted, streams) = chain::accept_gaps::<D>(&mut tx, ids, audit_id, now).await?;
+        let heads = super::append::promote::<D>(&mut tx, &streams).await?;
+        execute_count::<D>(&mut tx, audit_id, accepted.len()).await?;
+        tx.commit().await.map_err(db)?;
+        let waiting: Vec<_> = streams
+            .into_iter()
+            .filter(|s| !heads.contains_key(s))
+            .collect();
+        if D::PROMOTE_AFTER_COMMIT && !waiting.is_empty() {
+            promote_after_commit::<D>(&self.pool, &waiting).await?;
+        }
+        Ok(accepted)
+    }
+
+    async fn purge_chains(&self, cutoff: i64, limit: usize) -> Result<u64, StoreError> {
+        chain::purge_chains::<D>(&self.pool, cutoff, limit).await
+    }
+
+    async fn start_audit(
+        &self,
+        action: &str,
+        actor: &str,
+        reason: &str,
+        selection: Option<&str>,
+        now: i64,
+    ) -> Result<AuditEntry, StoreError> {
+        let mut conn = self.pool.acquire().await.map_err(db)?;
+        audit::insert::<D>(
+            &mut conn,
+            &audit::NewAudit {
+                action,
+                actor,
+                reason,
+                now,
+                selection,
+                finished: false,
+            },
+        )
+        .await
+    }
+
     async fn pending_envelopes(&self) -> Result<Vec<(String, String, String)>, StoreError> {
         dead_letters::pending_envelopes::<D>(&self.pool).await
     }
@@ -324,4 +393,22 @@ impl<D: Dialect> Backend for SqlStore<D> {
             db.is_some_and(|db| D::is_conflict(db.as_ref()))
         })
     }
+}
+
+/// Adds `n` to the count of audit row `audit_id`.
+async fn execute_count<D: Dialect>(
+    conn: &mut Conn<D>,
+    audit_id: i64,
+    n: usize,
+) -> Result<(), StoreError> {
+    super::execute::<D>(
+        conn,
+        "UPDATE event_audit_log SET count = count + $1 WHERE id = $2",
+        &[
+            super::exec::Arg::I64(n as i64),
+            super::exec::Arg::I64(audit_id),
+        ],
+    )
+    .await?;
+    Ok(())
 }

@@ -12,10 +12,10 @@ use uuid::Uuid;
 
 use super::exec::Arg;
 use super::portable::{portable_execute, portable_fetch};
-use super::{append, db, delivery, execute, inbox, promote_after_commit, Conn, Dialect};
+use super::{append, chain, db, delivery, execute, inbox, promote_after_commit, Conn, Dialect};
 use crate::store::backend::{
-    BackendTransaction, InboxDeadLetter, NewEvent, PlaceQuery, SettleResult, Settlement,
-    TakenDeadLetter,
+    BackendTransaction, ChainLink, InboxDeadLetter, Linked, NewEvent, PlaceQuery, SettleResult,
+    Settlement, TakenDeadLetter,
 };
 use crate::store::query::Row;
 use crate::store::types::AuditEntry;
@@ -33,8 +33,11 @@ pub(crate) struct SqlTx<D: Dialect> {
     promote_after_commit: Vec<append::StreamKey>,
     /// The statement time limit's state.
     time_limit: D::TimeLimit,
-    /// Runs whose head completed in this transaction: promoted once, before COMMIT.
+    /// Runs whose head completed in this transaction, or whose held deliveries a link
+    /// released: promoted once, before COMMIT.
     completed_runs: Vec<append::StreamKey>,
+    /// Events a link in this transaction left held: their deliveries are inserted held.
+    held: HashSet<Uuid>,
 }
 
 impl<D: Dialect> fmt::Debug for SqlTx<D> {
@@ -55,6 +58,7 @@ impl<D: Dialect> SqlTx<D> {
             promote_after_commit: Vec::new(),
             time_limit: D::TimeLimit::default(),
             completed_runs: Vec::new(),
+            held: HashSet::new(),
         }
     }
 
@@ -130,7 +134,9 @@ impl<D: Dialect> BackendTransaction for SqlTx<D> {
         events: &[&NewEvent],
         now: i64,
     ) -> Result<(), StoreError> {
-        let waiting = append::insert_deliveries::<D>(self.conn(), events, now).await?;
+        let held = std::mem::take(&mut self.held);
+        let waiting = append::insert_deliveries::<D>(self.conn(), events, &held, now).await?;
+        self.held = held;
         self.promote_after_commit.extend(waiting);
         Ok(())
     }
@@ -156,6 +162,23 @@ impl<D: Dialect> BackendTransaction for SqlTx<D> {
 
     async fn held_places(&mut self, places: &[PlaceQuery<'_>]) -> Result<Vec<usize>, StoreError> {
         append::held_places::<D>(self.conn(), places).await
+    }
+
+    async fn link(&mut self, links: &[ChainLink], now: i64) -> Result<Linked, StoreError> {
+        let (linked, streams) = chain::link::<D>(self.conn(), links, now).await?;
+        for id in &linked.released {
+            self.held.remove(id);
+        }
+        self.held.extend(linked.held.iter().copied());
+        self.completed_runs.extend(streams);
+        Ok(linked)
+    }
+
+    async fn skipped_places(
+        &mut self,
+        places: &[(&str, &str, u64)],
+    ) -> Result<Vec<usize>, StoreError> {
+        chain::skipped_places::<D>(self.conn(), places).await
     }
 
     async fn savepoint(&mut self, name: &str) -> Result<(), StoreError> {

@@ -397,7 +397,10 @@ impl NatsRelay {
         if !self.connected() {
             return Err(self.unavailable("not connected"));
         }
-        let wire = d.envelope.len() + self.header_bytes;
+        // The envelope with the aggregate's chain (`prevsequence`): what the consumer's
+        // inbox orders by.
+        let body = d.wire_envelope();
+        let wire = body.len() + self.header_bytes;
         let max_payload = self.client.server_info().max_payload;
         if wire > max_payload {
             // Never sent: the server would close the connection on it.
@@ -411,7 +414,7 @@ impl NatsRelay {
             ));
         }
         let message = PublishMessage::build()
-            .payload(bytes::Bytes::copy_from_slice(d.envelope.as_bytes()))
+            .payload(bytes::Bytes::copy_from_slice(body.as_bytes()))
             .message_id(d.event_id.to_string())
             .header("Content-Type", CONTENT_TYPE);
         let ack = match self.js.send_publish(subject.clone(), message).await {

@@ -1,0 +1,433 @@
+//! The sequence-aware inbox: a relay names each event's predecessor (`prevsequence`) and the
+//! consumer releases an aggregate's events to its handlers in that chain's order, whatever
+//! order the broker delivers them in; a predecessor that never comes is a gap, reported and
+//! never skipped until an operator accepts it. Through `Outbox::receive` (a made-up transport
+//! `queue`) and a made-up relay, on SQLite and on the real PostgreSQL server
+//! (`EVENTS_TEST_POSTGRES_URL`).
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use event_core::{event_handler, DomainEvent, Envelope, EventDescriptor, HandlerError};
+use event_runtime::inbox::{Incoming, Origin, Verdict};
+use event_runtime::{
+    DeadLetterReason, Delivery, DeliveryError, Destination, Dispatcher, Outbox, OutboxConfig,
+    Resolution, Routing, SqlValue, Store, Tx,
+};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Serialize, Deserialize, DomainEvent)]
+#[event(name = "ordertest.line_added", version = 1)]
+struct LineAdded {
+    #[event(aggregate_id)]
+    order: String,
+}
+
+/// Records (order, sequence, a per-database counter) in the handler's transaction.
+#[event_handler(name = "ordertest.record")]
+async fn record(envelope: &Envelope<LineAdded>, tx: &mut Tx) -> Result<(), HandlerError> {
+    tx.execute(
+        "INSERT INTO order_seen (order_id, sequence, n) VALUES ($1, $2, (SELECT COUNT(*) + 1 FROM order_seen))",
+        &[
+            SqlValue::Text(&envelope.event().order),
+            SqlValue::Int(envelope.sequence() as i64),
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+const INBOX: &str = "queue:orders";
+
+fn consumer(store: &Store, gap_after: Duration) -> Outbox {
+    Outbox::builder(store.clone())
+        .dispatcher(Dispatcher::builder_empty().handler::<record>())
+        .config(OutboxConfig::default().gap_after(gap_after))
+        .build()
+        .unwrap()
+}
+
+/// Event `seq` of `order` as a relay publishes it: naming `prev` (`None`: an older
+/// producer, no attribute), of type `name`.
+fn wire(order: &str, seq: u64, prev: Option<u64>, name: &str, version: u32) -> Incoming {
+    // The same event on every redelivery: its id follows from (order, sequence).
+    let id = uuid::Uuid::from_u128(order.bytes().fold(u128::from(seq) << 64, |h, b| {
+        h.wrapping_mul(31).wrapping_add(u128::from(b))
+    }));
+    let envelope = Envelope::new(LineAdded {
+        order: order.into(),
+    })
+    .with_id(id)
+    .with_sequence(seq)
+    .with_source("urn:test:shop");
+    let mut json = serde_json::to_value(&envelope).unwrap();
+    json["type"] = name.into();
+    json["schemaversion"] = version.into();
+    if let Some(p) = prev {
+        json["prevsequence"] = p.to_string().into();
+    }
+    Incoming::new(
+        serde_json::to_vec(&json).unwrap(),
+        Origin::new("queue", "orders", seq),
+    )
+}
+
+fn line(order: &str, seq: u64, prev: u64) -> Incoming {
+    wire(order, seq, Some(prev), "ordertest.line_added", 1)
+}
+
+async fn setup(store: &Store) {
+    let mut tx = store.begin().await.unwrap();
+    tx.execute(
+        "CREATE TABLE order_seen (order_id TEXT NOT NULL, sequence BIGINT NOT NULL, n BIGINT NOT NULL)",
+        &[],
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+}
+
+/// The sequences handled for `order`, in the order they were handled.
+async fn seen(store: &Store, order: &str) -> Vec<i64> {
+    let rows = store
+        .query("SELECT sequence FROM order_seen WHERE order_id = $1 ORDER BY n")
+        .bind(order)
+        .fetch_all()
+        .await
+        .unwrap();
+    rows.iter().map(|r| r.get_at::<i64>(0).unwrap()).collect()
+}
+
+async fn drain(outbox: &Outbox) {
+    outbox.drain(Duration::from_secs(20)).await.unwrap();
+}
+
+#[tokio::test]
+async fn events_the_broker_redelivers_out_of_order_are_handled_in_the_producers_order() {
+    for db in common::databases("inbox_order_reorder").await {
+        let label = db.label();
+        let store = db.open().await;
+        setup(&store).await;
+        let outbox = consumer(&store, Duration::from_secs(300));
+
+        // The consumer crashed after fetching 1 and 2: the broker hands over 3..5 first.
+        let r = outbox
+            .receive(
+                INBOX,
+                vec![line("A", 3, 2), line("A", 4, 3), line("A", 5, 4)],
+            )
+            .await;
+        assert!(
+            r.verdicts.iter().all(|v| *v == Verdict::Accepted),
+            "{label}: {r:?}"
+        );
+        drain(&outbox).await;
+        assert!(
+            seen(&store, "A").await.is_empty(),
+            "{label}: nothing before 1 and 2"
+        );
+        // An older producer's event (no attribute) is never held, nor holds another.
+        let _ = outbox
+            .receive(INBOX, vec![wire("B", 7, None, "ordertest.line_added", 1)])
+            .await;
+        drain(&outbox).await;
+        assert_eq!(seen(&store, "B").await, [7], "{label}");
+
+        // Redelivered: 2 first, then 1.
+        let _ = outbox.receive(INBOX, vec![line("A", 2, 1)]).await;
+        drain(&outbox).await;
+        assert!(seen(&store, "A").await.is_empty(), "{label}: 2 waits for 1");
+        let _ = outbox.receive(INBOX, vec![line("A", 1, 0)]).await;
+        drain(&outbox).await;
+        assert_eq!(seen(&store, "A").await, [1, 2, 3, 4, 5], "{label}");
+        // A redelivery after all is a duplicate and changes nothing.
+        let r = outbox.receive(INBOX, vec![line("A", 3, 2)]).await;
+        assert_eq!(r.verdicts, [Verdict::Duplicate], "{label}");
+        assert!(outbox.gaps(true).await.unwrap().is_empty(), "{label}");
+        store.close().await;
+    }
+}
+
+#[tokio::test]
+async fn a_dead_letter_holds_what_follows_and_an_unknown_name_fills_its_place() {
+    for db in common::databases("inbox_order_dead").await {
+        let label = db.label();
+        let store = db.open().await;
+        setup(&store).await;
+        let outbox = consumer(&store, Duration::ZERO);
+
+        // 2 is an event this consumer does not take at all: it fills its place.
+        let r = outbox
+            .receive(
+                INBOX,
+                vec![
+                    line("A", 1, 0),
+                    wire("A", 2, Some(1), "ordertest.note_added", 1),
+                    line("A", 3, 2),
+                ],
+            )
+            .await;
+        assert_eq!(
+            r.verdicts[1],
+            Verdict::DeadLettered(DeadLetterReason::UnknownEvent),
+            "{label}"
+        );
+        drain(&outbox).await;
+        assert_eq!(seen(&store, "A").await, [1, 3], "{label}");
+
+        // 5 is one it should have taken (a version it does not know yet): 6 waits.
+        let r = outbox
+            .receive(
+                INBOX,
+                vec![
+                    line("A", 4, 3),
+                    wire("A", 5, Some(4), "ordertest.line_added", 9),
+                    line("A", 6, 5),
+                ],
+            )
+            .await;
+        assert_eq!(
+            r.verdicts[1],
+            Verdict::DeadLettered(DeadLetterReason::UnknownEvent),
+            "{label}"
+        );
+        drain(&outbox).await;
+        assert_eq!(seen(&store, "A").await, [1, 3, 4], "{label}: 6 is held");
+        // Reported as a gap that names the dead letter.
+        let gaps = outbox.detect_gaps().await.unwrap();
+        assert_eq!(gaps.len(), 1, "{label}: {gaps:?}");
+        assert_eq!(gaps[0].missing_sequence, 5, "{label}");
+        assert_eq!(gaps[0].waiting_sequence, 6, "{label}");
+        let dead = gaps[0].dead_letter_id.expect("the dead letter is named");
+        assert!(
+            outbox.detect_gaps().await.unwrap().is_empty(),
+            "{label}: reported once"
+        );
+        // Purging the dead letter accepts the gap: 6 flows.
+        store
+            .resolve_dead_letters(&[dead], Resolution::Purge, "test", "drop 5")
+            .await
+            .unwrap();
+        drain(&outbox).await;
+        assert_eq!(seen(&store, "A").await, [1, 3, 4, 6], "{label}");
+        store.close().await;
+    }
+}
+
+#[tokio::test]
+async fn a_gap_is_reported_never_skipped_until_an_operator_accepts_it() {
+    for db in common::databases("inbox_order_gap").await {
+        let label = db.label();
+        let store = db.open().await;
+        setup(&store).await;
+        let outbox = consumer(&store, Duration::ZERO);
+
+        // The broker lost 1..4: only 5 arrives.
+        let _ = outbox.receive(INBOX, vec![line("A", 5, 4)]).await;
+        drain(&outbox).await;
+        let gaps = outbox.detect_gaps().await.unwrap();
+        assert_eq!(gaps.len(), 1, "{label}");
+        assert_eq!(
+            (gaps[0].missing_sequence, gaps[0].dead_letter_id),
+            (4, None),
+            "{label}"
+        );
+        drain(&outbox).await;
+        assert!(seen(&store, "A").await.is_empty(), "{label}: never skipped");
+        assert_eq!(outbox.gaps(false).await.unwrap().len(), 1, "{label}");
+
+        let done = outbox
+            .accept_gaps(None, "ops", "the broker lost them")
+            .await
+            .unwrap();
+        assert_eq!(done.accepted.len(), 1, "{label}");
+        assert_eq!(done.audit.action, "gap-accept", "{label}");
+        assert_eq!(done.audit.count, 1, "{label}");
+        assert!(done.audit.finished_at.is_some(), "{label}");
+        drain(&outbox).await;
+        assert_eq!(seen(&store, "A").await, [5], "{label}");
+        assert!(outbox.gaps(false).await.unwrap().is_empty(), "{label}");
+        let all = outbox.gaps(true).await.unwrap();
+        assert_eq!(all[0].resolution.as_deref(), Some("accepted"), "{label}");
+
+        // 4 arrives after all: late, dead-lettered, not handled.
+        let r = outbox.receive(INBOX, vec![line("A", 4, 3)]).await;
+        assert_eq!(
+            r.verdicts,
+            [Verdict::DeadLettered(DeadLetterReason::Late)],
+            "{label}"
+        );
+        drain(&outbox).await;
+        assert_eq!(seen(&store, "A").await, [5], "{label}");
+
+        // A gap whose event arrives closes itself.
+        let _ = outbox.receive(INBOX, vec![line("C", 2, 1)]).await;
+        outbox.detect_gaps().await.unwrap();
+        let _ = outbox.receive(INBOX, vec![line("C", 1, 0)]).await;
+        drain(&outbox).await;
+        assert_eq!(seen(&store, "C").await, [1, 2], "{label}");
+        let closed: Vec<_> = outbox
+            .gaps(true)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|g| g.aggregate_id == "C")
+            .collect();
+        assert_eq!(closed[0].resolution.as_deref(), Some("arrived"), "{label}");
+        store.close().await;
+    }
+}
+
+#[tokio::test]
+async fn two_instances_committing_adjacent_events_at_once_never_leave_one_held() {
+    for db in common::databases("inbox_order_race").await {
+        let label = db.label();
+        let store = db.open().await;
+        setup(&store).await;
+        let a = consumer(&store, Duration::from_secs(300));
+        let b = consumer(&db.open().await, Duration::from_secs(300));
+        for i in 0..40 {
+            let order = format!("R-{i}");
+            let (ra, rb) = tokio::join!(
+                a.receive(INBOX, vec![line(&order, 1, 0)]),
+                b.receive(INBOX, vec![line(&order, 2, 1)])
+            );
+            assert!(
+                ra.error.is_none() && rb.error.is_none(),
+                "{label}: {ra:?} {rb:?}"
+            );
+        }
+        drain(&a).await;
+        for i in 0..40 {
+            assert_eq!(
+                seen(&store, &format!("R-{i}")).await,
+                [1, 2],
+                "{label}: R-{i}"
+            );
+        }
+        store.close().await;
+    }
+}
+
+/// A relay that records the predecessor each publish carried on the wire, failing the first
+/// attempt of sequence 2.
+#[derive(Default)]
+struct Wire {
+    sent: Mutex<Vec<(u64, Option<String>)>>,
+    failed_once: Mutex<bool>,
+}
+
+#[async_trait]
+impl Destination for Wire {
+    fn name(&self) -> &str {
+        "wire:orders"
+    }
+
+    fn route(&self, event: &EventDescriptor) -> Option<Routing> {
+        (event.name == "ordertest.line_added").then_some(Routing { ordered: true })
+    }
+
+    async fn deliver(&self, d: &Delivery<'_>) -> Result<(), DeliveryError> {
+        let body: serde_json::Value = serde_json::from_str(&d.wire_envelope()).unwrap();
+        let prev = body["prevsequence"].as_str().map(str::to_owned);
+        self.sent.lock().unwrap().push((d.sequence, prev));
+        let mut failed = self.failed_once.lock().unwrap();
+        if d.sequence == 2 && !*failed {
+            *failed = true;
+            return Err(HandlerError::transient_msg("broker hiccup").into());
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn the_relay_names_the_previous_event_it_published_from_the_store() {
+    for db in common::databases("inbox_order_relay").await {
+        let label = db.label();
+        let store = db.open().await;
+        let relay = Arc::new(Wire::default());
+        let producer = |store: &Store| {
+            Outbox::builder(store.clone())
+                .dispatcher(Dispatcher::builder_empty().event::<LineAdded>())
+                .destination(relay.clone())
+                .config(
+                    OutboxConfig::default().retry(
+                        event_runtime::RetryPolicy::default()
+                            .initial_backoff(Duration::from_millis(1))
+                            .max_backoff(Duration::from_millis(1)),
+                    ),
+                )
+                .build()
+                .unwrap()
+        };
+        let outbox = producer(&store);
+        let commit = |outbox: &Outbox, seqs: std::ops::RangeInclusive<u64>| {
+            let outbox = outbox.clone();
+            async move {
+                let mut uow = outbox.begin().await.unwrap();
+                for s in seqs {
+                    uow.add(Envelope::new(LineAdded { order: "A".into() }).with_sequence(s));
+                }
+                uow.commit().await.unwrap();
+            }
+        };
+        commit(&outbox, 1..=3).await;
+        for _ in 0..20 {
+            outbox.drain(Duration::from_secs(5)).await.unwrap();
+            if relay.sent.lock().unwrap().len() >= 4 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let p = |s: &str| Some(s.to_owned());
+        assert_eq!(
+            *relay.sent.lock().unwrap(),
+            [(1, p("0")), (2, p("1")), (2, p("1")), (3, p("2"))],
+            "{label}: a re-published attempt carries the same value"
+        );
+        // A new process (nothing in memory) continues the chain from the store.
+        let outbox = producer(&db.open().await);
+        commit(&outbox, 4..=4).await;
+        outbox.drain(Duration::from_secs(5)).await.unwrap();
+        assert_eq!(
+            relay.sent.lock().unwrap().last(),
+            Some(&(4, p("3"))),
+            "{label}"
+        );
+        // The stored envelope is unchanged.
+        let mut tx = store.begin().await.unwrap();
+        let n = tx
+            .fetch_i64(
+                "SELECT COUNT(*) FROM event_outbox WHERE envelope LIKE '%prevsequence%'",
+                &[],
+            )
+            .await
+            .unwrap();
+        tx.rollback().await.unwrap();
+        assert_eq!(n, Some(0), "{label}");
+        store.close().await;
+    }
+}
+
+#[test]
+fn the_wire_envelope_adds_or_replaces_prevsequence() {
+    let id = uuid::Uuid::now_v7();
+    let stored = r#"{"specversion":"1.0","id":"x"}"#;
+    let d = Delivery::new(id, "a.b", stored);
+    assert_eq!(d.wire_envelope(), stored);
+    let d = d.previous_sequence(41);
+    assert_eq!(
+        d.wire_envelope(),
+        r#"{"prevsequence":"41","specversion":"1.0","id":"x"}"#
+    );
+    let forwarded = r#"{"id":"x","prevsequence":"7"}"#;
+    let d = Delivery::new(id, "a.b", forwarded).previous_sequence(9);
+    let v: serde_json::Value = serde_json::from_str(&d.wire_envelope()).unwrap();
+    assert_eq!(v["prevsequence"], "9");
+    assert!(event_core::Headers::new()
+        .insert("prevsequence", "1")
+        .is_err());
+}
