@@ -47,7 +47,7 @@ pub(super) async fn list(
     };
     if letters.is_empty() {
         writeln!(io.out, "no {what}{}", selection(&args))?;
-        return Ok(());
+        return show_gaps(store, &args, io).await;
     }
     let mut header = vec!["ID"];
     if args.all {
@@ -104,7 +104,25 @@ pub(super) async fn list(
             }
         }
     }
-    Ok(())
+    show_gaps(store, &args, io).await
+}
+
+/// The open gaps (kind `gap`) after the dead letters, unless the listing is narrowed to a
+/// handler or an event: a held event waits on each, as on a dead letter.
+async fn show_gaps(store: &Store, args: &ListArgs, io: &mut Io<'_>) -> Result<(), CliError> {
+    if args.handler.is_some() || args.event.is_some() {
+        return Ok(());
+    }
+    let gaps = store.gaps(false).await?;
+    if gaps.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        io.out,
+        "\n{}: received events wait behind them (`events inbox gaps accept`, or replay the dead letter named)",
+        count(gaps.len() as u64, "open gap", "open gaps")
+    )?;
+    super::gaps::write_table(&gaps, false, io)
 }
 
 /// Characters of the error chain `dlq list` shows (`dlq show` shows it whole).

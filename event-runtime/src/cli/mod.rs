@@ -205,6 +205,7 @@ mod catalog;
 mod connect;
 mod dlq;
 mod format;
+mod gaps;
 mod handler;
 #[cfg(feature = "nats")]
 mod nats;
@@ -706,6 +707,7 @@ async fn execute_io(cli: Cli, app: App<'_>, io: &mut Io<'_>) -> Result<(), CliEr
             let registry = app.registry.ok_or_else(|| no_registry(&app, "catalog"))?;
             catalog::print_catalog(registry, json, io)
         }
+        Command::Inbox(command) => gaps::run(&target.connect().await?, command, io).await,
         Command::Check => {
             let registry = app.registry.ok_or_else(|| no_registry(&app, "check"))?;
             catalog::check(&target.connect().await?, registry, io).await

@@ -3,24 +3,11 @@
 //! accepted by an operator.
 
 use crate::store::backend::Gap;
-use crate::store::AuditEntry;
+use crate::store::GapAcceptance;
 use crate::{Outbox, OutboxError};
 
 /// Gaps opened per call of [`Outbox::detect_gaps`] at most; the next call finds the rest.
 const DETECT_LIMIT: usize = 1_000;
-
-/// Gaps accepted per transaction by [`Outbox::accept_gaps`].
-const ACCEPT_PAGE: usize = 200;
-
-/// What [`Outbox::accept_gaps`] did.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct GapAcceptance {
-    /// The audit row (action `gap-accept`), finished, its count the gaps accepted.
-    pub audit: AuditEntry,
-    /// The gaps accepted, in id order (one that closed meanwhile is left out).
-    pub accepted: Vec<Gap>,
-}
 
 impl Outbox {
     /// Opens a gap for every received event that has waited longer than
@@ -71,8 +58,7 @@ impl Outbox {
         Ok(opened)
     }
 
-    /// The gaps, in id order: the open ones, or every one (closed ones with how they closed)
-    /// with `include_closed`.
+    /// The gaps: see [`Store::gaps`](crate::Store::gaps).
     ///
     /// # Errors
     /// [`OutboxError::Store`] when the database fails.
@@ -80,57 +66,25 @@ impl Outbox {
     /// # Cancel safety
     /// Cancel safe: it only reads.
     pub async fn gaps(&self, include_closed: bool) -> Result<Vec<Gap>, OutboxError> {
-        let store = self.store().backend();
-        let mut all = Vec::new();
-        let mut after = 0;
-        loop {
-            let page = store.gaps(include_closed, after, 1_000).await?;
-            let done = page.len() < 1_000;
-            after = page.last().map_or(after, |g| g.id);
-            all.extend(page);
-            if done {
-                return Ok(all);
-            }
-        }
+        Ok(self.store().gaps(include_closed).await?)
     }
 
-    /// Accepts open gaps — `ids`, or every open gap with `None` — as the operator `actor`
-    /// with `reason`: each missing place is skipped and the events held after it are
-    /// released to their handlers in chain order. A missing event that arrives afterwards
-    /// is dead-lettered as `late`. Audited (action `gap-accept`, one row for the operation,
-    /// its count the gaps accepted); done in pages of 200 gaps, one transaction each, so an
-    /// interrupted call leaves the rest open and calling it again accepts them.
+    /// Accepts open gaps and wakes this process's workers for what it released: see
+    /// [`Store::accept_gaps`](crate::Store::accept_gaps).
     ///
     /// # Errors
     /// [`OutboxError::Store`] when the database fails (the pages committed stay accepted).
     ///
     /// # Cancel safety
-    /// Cancel safe: each page commits or not as a whole; the audit row stays unfinished.
+    /// Cancel safe: each page commits or not as a whole.
     pub async fn accept_gaps(
         &self,
         ids: Option<&[i64]>,
         actor: &str,
         reason: &str,
     ) -> Result<GapAcceptance, OutboxError> {
-        let store = self.store().backend();
-        let selection = serde_json::json!({ "gaps": ids }).to_string();
-        let now = self.clock().now_ms();
-        let audit = store
-            .start_audit("gap-accept", actor, reason, Some(&selection), now)
-            .await?;
-        let wanted: Vec<i64> = match ids {
-            Some(ids) => ids.to_vec(),
-            None => self.gaps(false).await?.iter().map(|g| g.id).collect(),
-        };
-        let mut accepted = Vec::new();
-        for page in wanted.chunks(ACCEPT_PAGE) {
-            let now = self.clock().now_ms();
-            accepted.extend(store.accept_gaps(page, audit.id, now).await?);
-        }
-        let audit = store
-            .finish_resolution(audit.id, self.clock().now_ms())
-            .await?;
+        let done = self.store().accept_gaps(ids, actor, reason).await?;
         self.inner.wake.notify_waiters();
-        Ok(GapAcceptance { audit, accepted })
+        Ok(done)
     }
 }

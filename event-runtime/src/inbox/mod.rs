@@ -93,7 +93,7 @@ mod receive;
 mod replay;
 
 pub use crate::store::backend::Gap;
-pub use gaps::GapAcceptance;
+pub use crate::store::GapAcceptance;
 
 pub use origin::Origin;
 

@@ -18,6 +18,7 @@
 pub mod backend;
 mod conflicts;
 mod error;
+mod gaps;
 mod inbox;
 mod operator;
 #[cfg(feature = "postgres")]
@@ -45,6 +46,7 @@ pub(crate) use backend::InboxDeadLetter;
 pub use backend::{Backend, BackendTransaction};
 pub(crate) use conflicts::Place;
 pub use error::{DatabaseError, StoreError};
+pub use gaps::GapAcceptance;
 pub use inbox::InboxIdentity;
 pub use query::{Query, Row};
 pub use resolve::RESOLVE_PAGE;

@@ -358,7 +358,7 @@ pub struct Linked {
 
 /// A gap in a received aggregate's chain: a held event whose predecessor did not arrive in
 /// time (`event_inbox_gaps`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[non_exhaustive]
 pub struct Gap {
     /// The gap's id.

@@ -79,6 +79,23 @@ impl NatsInbox {
         if retention <= horizon {
             return Err(NatsError::RetentionTooShort { retention, horizon });
         }
+        // A message the consumer fetched and lost (a crash before its ack) comes back after
+        // the ack wait (or its backoff step) and a fetch: the events after it wait that long
+        // for it, and must not be reported as a gap meanwhile.
+        let redelivery = config
+            .backoff
+            .iter()
+            .copied()
+            .max()
+            .unwrap_or_default()
+            .max(config.ack_wait)
+            + config.fetch_wait;
+        let gap_after = outbox.config().gap_after;
+        if gap_after <= redelivery {
+            return Err(NatsError::Config(format!(
+                "OutboxConfig::gap_after ({gap_after:?}) must exceed the consumer's redelivery delay ({redelivery:?}: ack wait or its longest backoff step, plus the fetch wait): a message merely awaiting redelivery would be reported as a gap"
+            )));
+        }
         let name = format!("nats-inbox:{}", config.durable);
         let recorded = outbox.store().inbox_identity(&name).await?;
         let observed = match observe(js, &config.stream, &config.durable).await {
