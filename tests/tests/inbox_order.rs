@@ -412,6 +412,48 @@ async fn the_relay_names_the_previous_event_it_published_from_the_store() {
     }
 }
 
+#[tokio::test]
+async fn an_aggregate_idle_longer_than_the_retention_starts_a_new_chain() {
+    for db in common::databases("inbox_order_idle").await {
+        let label = db.label();
+        let store = db.open().await;
+        let relay = Arc::new(Wire::default());
+        let clock = Arc::new(event_runtime::testing::ManualClock::new());
+        let producer = Outbox::builder(store.clone())
+            .dispatcher(Dispatcher::builder_empty().event::<LineAdded>())
+            .destination(relay.clone())
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+        for (s, wait) in [
+            (1, Duration::ZERO),
+            (3, Duration::from_secs(10 * 24 * 3600)),
+        ] {
+            clock.advance(wait);
+            let mut uow = producer.begin().await.unwrap();
+            uow.add(Envelope::new(LineAdded { order: "I".into() }).with_sequence(s));
+            uow.commit().await.unwrap();
+            producer.drain(Duration::from_secs(5)).await.unwrap();
+        }
+        // Ten days later (retention: 7), the relay's chain row has expired: 3 names none, so
+        // a consumer releases it without waiting for a predecessor it may no longer know.
+        let p = |s: &str| Some(s.to_owned());
+        assert_eq!(
+            *relay.sent.lock().unwrap(),
+            [(1, p("0")), (3, p("0"))],
+            "{label}"
+        );
+        let consumer_store = db.open().await;
+        setup(&consumer_store).await;
+        let consumer = consumer(&consumer_store, Duration::ZERO);
+        let _ = consumer.receive(INBOX, vec![line("I", 3, 0)]).await;
+        drain(&consumer).await;
+        assert!(consumer.detect_gaps().await.unwrap().is_empty(), "{label}");
+        assert_eq!(seen(&consumer_store, "I").await, [3], "{label}");
+        store.close().await;
+    }
+}
+
 #[test]
 fn the_wire_envelope_adds_or_replaces_prevsequence() {
     let id = uuid::Uuid::now_v7();

@@ -38,6 +38,40 @@
 //! `nats-inbox:billing`): it is its dead letters' handler, which no handler of the application
 //! should share.
 //!
+//! # Order across services
+//!
+//! The core never trusts the order a broker delivers in (a consumer that crashed before its
+//! acks, or a second instance on one durable consumer, gets an aggregate's later events before
+//! its earlier ones). A relay of this framework adds to every ordered event the sequence of
+//! the previous event of its aggregate that it published (the CloudEvents extension attribute
+//! `prevsequence`: see [`Delivery::wire_envelope`](crate::Delivery::wire_envelope)); the core
+//! stores every accepted event at once, but *releases* it to the local handlers only when it
+//! names no predecessor (`0`, or no attribute: an older producer) or its predecessor was
+//! released — transitively, so nothing after a hole runs. Until then its deliveries are held
+//! (part of their runs, never ready); the predecessor's arrival releases them in chain order.
+//! Unordered handlers and unsequenced events are never held. Two instances committing
+//! adjacent events of one aggregate at once wait for each other on the aggregate's row.
+//!
+//! - A dead letter of an event name this service does not register fills its place in the
+//!   chain. One it should have taken (an unknown version, undecodable, a conflict, refused
+//!   for good) holds the events after it: replaying it releases them; purging it accepts the
+//!   gap.
+//! - A predecessor that has not arrived after
+//!   [`OutboxConfig::gap_after`](crate::OutboxConfig::gap_after) (default 5 min) is a [`Gap`]:
+//!   reported once (a warning, `events_inbox_gaps_opened_total`), listed by `events inbox gaps`
+//!   and `events dlq list` (kind `gap`), and never skipped until an operator accepts it
+//!   ([`Outbox::accept_gaps`](crate::Outbox::accept_gaps), `events inbox gaps accept`). A gap
+//!   closes itself when its event arrives; one that arrives after its gap was accepted is
+//!   dead-lettered as `late`.
+//! - A consumer must receive every subject the relay publishes for the aggregate types it
+//!   takes: an event filtered out of its subscription is a gap.
+//! - Chain state is kept for [`OutboxConfig::retention`](crate::OutboxConfig::retention)
+//!   after an aggregate's last event; an aggregate idle longer starts a new chain, so a loss
+//!   older than the retention window goes undetected.
+//! - In-transaction handlers of received events run at commit and cannot wait for a
+//!   predecessor: they see the broker's order. Use after-commit handlers (the default) for
+//!   received events whose order matters.
+//!
 //! A dead letter of an inbox is replayed through the core as well — no broker connection is
 //! needed: [`Outbox::replay_inbox_dead_letters`](crate::Outbox::replay_inbox_dead_letters) decodes it again (after a deploy that knows
 //! its type) and commits it as if just received, with its origin.

@@ -68,7 +68,13 @@ pub(super) fn link_of(raw: &RawEnvelope, kind: LinkKind) -> ChainLink {
 /// decode that far (no aggregate, no sequence).
 fn dead_link(p: &Poison) -> Option<ChainLink> {
     let raw = p.raw.as_deref()?;
-    (raw.meta.sequence > 0).then(|| {
+    // A place the database could not store (U+0000 in its key, refused by PostgreSQL in
+    // text; a sequence above i64::MAX) is no place: its aggregate cannot hold events either.
+    let storable = !raw.meta.aggregate_id.contains('\0')
+        && !raw.meta.aggregate_type.contains('\0')
+        && !raw.meta.source.contains('\0')
+        && i64::try_from(raw.meta.sequence).is_ok();
+    (storable && raw.meta.sequence > 0).then(|| {
         let kind = if p.unknown_name {
             LinkKind::Filler
         } else {

@@ -190,12 +190,16 @@ fn backend_for(url: &str) -> Result<&'static BackendEntry, StoreError> {
 /// | table | one row per | key columns |
 /// |---|---|---|
 /// | `event_outbox` | accepted event | `event_id`, `name`, `version`, aggregate type / id / `sequence`, `envelope` (CloudEvents JSON, byte for byte), `origin` (a received event's [`Origin`](crate::inbox::Origin), JSON) |
-/// | `event_deliveries` | (event, destination) | `(handler, event_id)` primary key — the durable idempotency key; `status` (`pending`, `completed`, `dead`, `purged`), `attempts`, `next_attempt_at`, `ready` (the head of its run), `lease_token` |
+/// | `event_deliveries` | (event, destination) | `(handler, event_id)` primary key — the durable idempotency key; `status` (`pending`, `completed`, `dead`, `purged`), `attempts`, `next_attempt_at`, `ready` (the head of its run), `held` (its received event waits for a predecessor), `lease_token` |
 /// | `event_leases` | delivery worker | `token`, `owner` (`host:pid`), `expires_at`: a delivery is leased while its token names a lease not expired |
 /// | `event_paused_destinations` | pause of a destination | `destination`, `paused_by`, `reason`, `expires_at` (runtime pauses) |
 /// | `event_dead_letters` | delivery that failed for good, or message an inbox could not accept | original `envelope`, `handler` (the inbox's name for `kind` `inbox`), `attempts`, first and last failure time, `reason`, `error_chain` (JSON array), `resolved_at` / `resolution` after a replay or purge, `origin` (inbox dead letters) |
 /// | `event_audit_log` | operator action (replay, purge, pause, resume, handler purge / re-target, inbox adopt) | `action`, `actor`, `reason`, `at`, `dead_letter_ids` (JSON array), `count` |
 /// | `event_inbox_identity` | transport inbox | `inbox`, `stream`, `stream_created`, `consumer_created` (the broker's creation times: [`InboxIdentity`]) |
+/// | `event_relay_chain` | (relay, aggregate) | the last sequence the relay published and the predecessor it named (`prevsequence`), `published_at` |
+/// | `event_inbox_chain` | place of a received aggregate's chain | aggregate, `sequence`, `previous`, `state` (`released`, `held`, `dead`, `skipped`), `event_id` |
+/// | `event_inbox_chain_aggregates` | received aggregate | locked by each commit that links its events; `last_at` (retention) |
+/// | `event_inbox_gaps` | gap (a held event whose predecessor did not come within `gap_after`) | aggregate, `missing_sequence`, the waiting event, `dead_letter_id`, `closed_at` / `resolution` (`arrived`, `accepted`), `audit_id` |
 ///
 /// Cheap to clone (an `Arc`).
 ///

@@ -599,6 +599,9 @@ pub async fn run(args: &Args) -> Result<Report, RunError> {
         .expect_handlers(HANDLER_COUNT)
         .config(
             OutboxConfig::default()
+                // Names this producer on every envelope (CloudEvents `source`): consumers key
+                // its aggregates, and their chains, by it.
+                .source("urn:example:orders")
                 .retry(retry_policy())
                 .poll_interval(Duration::from_millis(20))
                 // A batch takes well under a second; a process killed mid-batch leaves its

@@ -273,6 +273,16 @@ impl NatsRelay {
         if !matches!(external.map(|d| &d.target), Some(Target::External(_))) {
             return Err(NatsError::NotADestination(self.config.name.clone()));
         }
+        if outbox.config().source.is_none() {
+            // Consumers key a received aggregate by (aggregate type, CloudEvents source): two
+            // producers that both write the default source share one key, and their chains
+            // (`prevsequence`) of one aggregate id interleave.
+            tracing::warn!(
+                relay = %self.config.name,
+                source = event_core::DEFAULT_SOURCE,
+                "the outbox's CloudEvents source is unset (OutboxConfig::source): consumers cannot tell this producer's aggregates from another's that leaves it unset too; set it to a URI naming this service"
+            );
+        }
         let shape = StreamShape::fetch(&self.js, &self.config.stream).await?;
         let mut subjects = Vec::new();
         for event in outbox.dispatcher().registry().events() {
