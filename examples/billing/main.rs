@@ -35,7 +35,7 @@ use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use event_core::{event_handler, HandlerError};
+use event_core::{event_handler, Envelope, HandlerError};
 use event_runtime::cli::App;
 use event_runtime::transport::nats::{self, InboxConfig, InboxReport, NatsInbox};
 use event_runtime::{
@@ -73,14 +73,41 @@ struct Args {
     /// The durable consumer's name.
     #[arg(long, value_name = "NAME", default_value = "billing")]
     consumer: String,
+    /// Instances of billing that consume through this durable consumer at once (the
+    /// consumer hands out `instances` × 256 messages unacknowledged at most, so that none
+    /// waits for another's batch).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    instances: i64,
     /// The first subject token(s) `orders` publishes under (its `--subject-prefix`): this
     /// service reads `<prefix>.order.>`.
     #[arg(long, value_name = "PREFIX", default_value = "events")]
     subject_prefix: String,
 }
 
+/// Records that `handler` ran on event `sequence` of `order`, with the next value of this
+/// database's counter, in the handler's transaction: for every (handler, order) the counter
+/// must grow with the sequence (`summary.out_of_order` counts the pairs where it does not).
+async fn seen(tx: &mut Tx, handler: &str, order: &str, sequence: u64) -> Result<(), HandlerError> {
+    // The counter row is locked until this transaction commits: values follow commit order.
+    tx.execute("UPDATE billing_counter SET n = n + 1", &[])
+        .await?;
+    tx.execute(
+        "INSERT INTO billing_seen (handler, order_id, sequence, n) \
+         VALUES ($1, $2, $3, (SELECT n FROM billing_counter))",
+        &[
+            SqlValue::Text(handler),
+            SqlValue::Text(order),
+            SqlValue::Int(sequence as i64),
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
 #[event_handler(name = "billing.order")]
-async fn record_order(event: &OrderPlacedV2, tx: &mut Tx) -> Result<(), HandlerError> {
+async fn record_order(envelope: &Envelope<OrderPlacedV2>, tx: &mut Tx) -> Result<(), HandlerError> {
+    let event = envelope.event();
+    seen(tx, "billing.order", &event.order_id, envelope.sequence()).await?;
     tx.execute(
         "INSERT INTO billing_orders (order_id, region) VALUES ($1, $2)",
         &[
@@ -93,7 +120,9 @@ async fn record_order(event: &OrderPlacedV2, tx: &mut Tx) -> Result<(), HandlerE
 }
 
 #[event_handler(name = "billing.line")]
-async fn record_line(event: &LineAdded, tx: &mut Tx) -> Result<(), HandlerError> {
+async fn record_line(envelope: &Envelope<LineAdded>, tx: &mut Tx) -> Result<(), HandlerError> {
+    let event = envelope.event();
+    seen(tx, "billing.line", &event.order_id, envelope.sequence()).await?;
     tx.execute(
         "INSERT INTO billing_lines (row_id, order_id, sales) VALUES ($1, $2, $3)",
         &[
@@ -107,7 +136,9 @@ async fn record_line(event: &LineAdded, tx: &mut Tx) -> Result<(), HandlerError>
 }
 
 #[event_handler(name = "billing.invoice")]
-async fn invoice(event: &OrderShipped, tx: &mut Tx) -> Result<(), HandlerError> {
+async fn invoice(envelope: &Envelope<OrderShipped>, tx: &mut Tx) -> Result<(), HandlerError> {
+    let event = envelope.event();
+    seen(tx, "billing.invoice", &event.order_id, envelope.sequence()).await?;
     tx.execute(
         "INSERT INTO billing_invoices (order_id, ship_date) VALUES ($1, $2)",
         &[
@@ -124,11 +155,20 @@ async fn invoice(event: &OrderShipped, tx: &mut Tx) -> Result<(), HandlerError> 
 /// serialises the writers itself.
 const TABLES_LOCK: &str = "SELECT pg_advisory_xact_lock(7306020231)";
 
-const TABLES: [&str; 3] = [
+const TABLES: [&str; 6] = [
     "CREATE TABLE IF NOT EXISTS billing_orders (order_id TEXT PRIMARY KEY, region TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS billing_seen (handler TEXT NOT NULL, order_id TEXT NOT NULL, sequence BIGINT NOT NULL, n BIGINT NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS billing_seen_order ON billing_seen (order_id, handler)",
+    "CREATE TABLE IF NOT EXISTS billing_counter (n BIGINT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS billing_lines (row_id BIGINT PRIMARY KEY, order_id TEXT NOT NULL, sales TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS billing_invoices (order_id TEXT PRIMARY KEY, ship_date TEXT NOT NULL)",
 ];
+
+/// The (handler, order) pairs whose counter does not grow with the sequence: an order's
+/// events handled out of the producer's order.
+const OUT_OF_ORDER: &str = "SELECT COUNT(*) FROM (SELECT DISTINCT a.handler, a.order_id \
+     FROM billing_seen a JOIN billing_seen b ON b.order_id = a.order_id AND b.handler = a.handler \
+     WHERE a.sequence < b.sequence AND a.n > b.n) AS x";
 
 /// The invoiced sales per region: lines of orders that have an invoice.
 const INVOICED: &str = "SELECT o.region, l.sales FROM billing_lines l
@@ -163,6 +203,8 @@ struct Summary {
     appended: usize,
     duplicates_skipped: usize,
     dead_lettered: i64,
+    /// (handler, order) pairs handled out of the producer's order (must be 0).
+    out_of_order: i64,
     elapsed_ms: u64,
 }
 
@@ -236,6 +278,15 @@ async fn run(args: &Args) -> Result<Summary, Box<dyn std::error::Error>> {
     for sql in TABLES {
         tx.execute(sql, &[]).await?;
     }
+    if tx
+        .fetch_i64("SELECT COUNT(*) FROM billing_counter", &[])
+        .await?
+        .unwrap_or(0)
+        == 0
+    {
+        tx.execute("INSERT INTO billing_counter (n) VALUES (0)", &[])
+            .await?;
+    }
     tx.commit().await?;
     let outbox = outbox(store.clone())?;
     let client = nats::connect(&args.nats, "billing").await?;
@@ -246,6 +297,7 @@ async fn run(args: &Args) -> Result<Summary, Box<dyn std::error::Error>> {
         InboxConfig::new(&args.stream, &args.consumer)
             .filter_subject(format!("{}.order.>", args.subject_prefix))
             .batch(256)
+            .max_ack_pending(256 * args.instances.max(1))
             .ack_wait(Duration::from_secs(10)),
     )
     .await?;
@@ -313,6 +365,15 @@ async fn run(args: &Args) -> Result<Summary, Box<dyn std::error::Error>> {
     }
     workers.shutdown(Duration::from_secs(30)).await?;
     outbox.drain(Duration::from_secs(300)).await?;
+    // Events stored but waiting for a predecessor that never came: the totals would be
+    // silently short.
+    let held = outbox.held_events().await?;
+    if held > 0 {
+        return Err(format!(
+            "{held} received events wait for earlier events of their orders that never arrived (the broker lost them?): the summary would be partial; `billing events inbox gaps` lists the gaps once they are older than gap_after (5 min)"
+        )
+        .into());
+    }
 
     let mut revenue_by_region: BTreeMap<String, Decimal> = BTreeMap::new();
     for (region, sales) in invoiced(&store).await? {
@@ -334,6 +395,7 @@ async fn run(args: &Args) -> Result<Summary, Box<dyn std::error::Error>> {
             "SELECT COUNT(*) FROM event_dead_letters WHERE resolved_at IS NULL",
         )
         .await?,
+        out_of_order: count(&store, OUT_OF_ORDER).await?,
         elapsed_ms: started.elapsed().as_millis() as u64,
     })
 }

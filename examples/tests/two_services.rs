@@ -194,12 +194,58 @@ impl Pair {
 
     /// `billing` with its own database and durable consumer, both named `name`.
     fn billing(&self, name: &str, extra: &[&str]) -> Command {
+        self.billing_idle(name, 3, extra)
+    }
+
+    /// [`billing`](Self::billing), idling out after `idle` seconds without a message.
+    fn billing_idle(&self, name: &str, idle: u64, extra: &[&str]) -> Command {
         let mut c = Command::new(&self.billing_bin);
         c.args(["--database", &self.database(name), "--consumer", name])
             .args(["--nats", &self.url, "--stream", &self.stream])
-            .args(["--subject-prefix", &self.prefix, "--idle-exit", "3"])
+            .args(["--subject-prefix", &self.prefix])
+            .args(["--idle-exit", &idle.to_string()])
             .args(extra);
         c
+    }
+
+    /// A consumer `name` that fetched the stream's first `n` messages and died before it
+    /// acknowledged them: created as billing creates its own, the messages fetched and
+    /// dropped. They come back after the ack wait (10 s), after later ones.
+    fn fetch_and_die(&self, name: &str, n: usize) {
+        use futures_util::StreamExt;
+        runtime().block_on(async {
+            let client = async_nats::connect(&self.url).await.unwrap();
+            let js = async_nats::jetstream::new(client);
+            let stream = js.get_stream(&self.stream).await.unwrap();
+            let consumer = stream
+                .get_or_create_consumer(
+                    name,
+                    async_nats::jetstream::consumer::pull::Config {
+                        durable_name: Some(name.to_owned()),
+                        ack_policy: async_nats::jetstream::consumer::AckPolicy::Explicit,
+                        ack_wait: Duration::from_secs(10),
+                        max_deliver: 50,
+                        max_ack_pending: 256,
+                        filter_subject: format!("{}.order.>", self.prefix),
+                        ..Default::default()
+                    },
+                )
+                .await
+                .unwrap();
+            let mut messages = consumer
+                .fetch()
+                .max_messages(n)
+                .expires(Duration::from_secs(5))
+                .messages()
+                .await
+                .unwrap();
+            let mut got = 0;
+            while let Some(m) = messages.next().await {
+                m.unwrap();
+                got += 1;
+            }
+            assert_eq!(got, n, "fetched the first {n} messages");
+        });
     }
 
     /// Messages in the stream now.
@@ -258,6 +304,11 @@ impl Running {
         let mut child = self.0.take().unwrap();
         child.kill().unwrap();
         child.wait_with_output().unwrap()
+    }
+
+    /// Waits for the process to end on its own.
+    fn finish(mut self) -> Output {
+        self.0.take().unwrap().wait_with_output().unwrap()
     }
 
     /// Waits for `until` (polled every 100 ms) and returns `true`, or `false` when the process
@@ -346,6 +397,11 @@ fn assert_billing_exact(what: &str, billing: &Value, orders: &Value, e: &Expecte
         "{what}: revenue by region against the CSV"
     );
     assert_eq!(count(billing, "dead_lettered"), 0, "{what}: {billing}");
+    assert_eq!(
+        count(billing, "out_of_order"),
+        0,
+        "{what}: every handler saw each order's events in the producer's order: {billing}"
+    );
 }
 
 /// A re-run after a crash committed only what the crashed run had not: something, not all.
@@ -441,6 +497,38 @@ fn billing_is_exact_after_a_clean_run_a_crash_before_the_ack_and_a_sigkill() {
             );
             assert_billing_exact("after SIGKILL", &again, orders, e);
             assert_resumed("after SIGKILL", &again, events);
+        });
+        // A consumer died holding the first 200 messages unacknowledged: they come back
+        // after the ack wait, after later events of the same orders were received.
+        s.spawn(move || {
+            pair.fetch_and_die("unacked", 200);
+            let out = summary(
+                "billing after a consumer died holding messages",
+                &pair.billing("unacked", &[]).output().unwrap(),
+            );
+            assert_billing_exact("after a consumer died holding messages", &out, orders, e);
+            assert_eq!(count(&out, "appended"), events, "{out}");
+        });
+        // Two instances on one durable consumer and one database; one is killed mid-run,
+        // the other takes its unacknowledged messages after the ack wait.
+        s.spawn(move || {
+            let two = ["--instances", "2"];
+            let mut first = Running::spawn(pair.billing_idle("pair", 20, &two));
+            let second = Running::spawn(pair.billing_idle("pair", 20, &two));
+            assert!(
+                first.wait_for("the pair to take 6,000 messages", || {
+                    pair.delivered("pair") >= 6_000
+                }),
+                "the first instance ended before it was killed"
+            );
+            let killed = first.kill();
+            assert!(!killed.status.success());
+            let out = summary("the surviving instance", &second.finish());
+            assert_billing_exact("two instances, one killed", &out, orders, e);
+            eprintln!(
+                "two instances, one killed: the survivor finished in {} ms",
+                count(&out, "elapsed_ms")
+            );
         });
     });
     eprintln!("{test}: passed in {:?}", started.elapsed());

@@ -58,6 +58,19 @@ impl Outbox {
         Ok(opened)
     }
 
+    /// Received events held now: stored, waiting for a predecessor in their aggregate's chain
+    /// (their handlers have not run). Held longer than
+    /// [`gap_after`](crate::OutboxConfig::gap_after), each is behind a [`Gap`].
+    ///
+    /// # Errors
+    /// [`OutboxError::Store`] when the database fails.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn held_events(&self) -> Result<u64, OutboxError> {
+        Ok(self.store().backend().held_events().await?)
+    }
+
     /// The gaps: see [`Store::gaps`](crate::Store::gaps).
     ///
     /// # Errors

@@ -429,6 +429,9 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
         now: i64,
     ) -> Result<Vec<Gap>, StoreError>;
 
+    /// Received events held now: waiting for a predecessor in their aggregate's chain.
+    async fn held_events(&self) -> Result<u64, StoreError>;
+
     /// Deletes chain state older than `cutoff` (ms): relay rows of aggregates that published
     /// nothing since, places of received aggregates idle since (never a held or dead one);
     /// at most about `limit` rows per table. Returns the rows deleted.

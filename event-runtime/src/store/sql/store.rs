@@ -346,6 +346,10 @@ impl<D: Dialect> Backend for SqlStore<D> {
         Ok(accepted)
     }
 
+    async fn held_events(&self) -> Result<u64, StoreError> {
+        chain::held_events::<D>(&self.pool).await
+    }
+
     async fn purge_chains(&self, cutoff: i64, limit: usize) -> Result<u64, StoreError> {
         chain::purge_chains::<D>(&self.pool, cutoff, limit).await
     }
