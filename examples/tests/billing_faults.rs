@@ -291,3 +291,98 @@ fn billing_events_replays_an_inbox_dead_letter_without_a_broker() {
         let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
     }
 }
+
+/// A broker that lost data: billing receives `order.shipped` (sequence 5, naming 4 as its
+/// predecessor) with none of the order's earlier events. It never ends in success: the event
+/// is held, the run exits 1 saying so; once the wait exceeds `gap_after` the gap is listed
+/// (`billing events inbox gaps`), and an operator's accept lets the next run invoice it.
+#[test]
+fn an_event_whose_predecessors_never_came_ends_billing_with_an_error_then_a_gap() {
+    let test = "billing_gap";
+    let (Some(bin), Some(url)) = (billing_binary(test), env(test, "EVENTS_TEST_NATS_URL")) else {
+        return;
+    };
+    let stream = unique("GAP");
+    let prefix = unique("gap");
+    create_stream(&url, &stream, &prefix, false);
+    let envelope = event_core::Envelope::new(examples::orders::domain::OrderShipped {
+        order_id: "CA-2017-9".into(),
+        ship_date: chrono::NaiveDate::from_ymd_opt(2017, 1, 3).unwrap(),
+        ship_mode: "Same Day".into(),
+    })
+    .with_sequence(5)
+    .with_source("urn:example:orders");
+    let mut body = serde_json::to_value(&envelope).unwrap();
+    body["prevsequence"] = "4".into();
+    runtime().block_on(async {
+        let js = async_nats::jetstream::new(async_nats::connect(&url).await.unwrap());
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert("Content-Type", "application/cloudevents+json");
+        headers.insert("Nats-Msg-Id", envelope.id().to_string().as_str());
+        js.publish_with_headers(
+            format!("{prefix}.order.shipped"),
+            headers,
+            serde_json::to_vec(&body).unwrap().into(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    });
+    let path = std::env::temp_dir().join(format!("{}.db", unique("billing_gap_")));
+    let db = format!("sqlite://{}", path.display());
+    let run = || {
+        billing(&bin, &url, &stream, &prefix, &["--database", &db], "2")
+            .output()
+            .unwrap()
+    };
+    let out = run();
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{t}");
+    assert!(
+        t.contains("1 received events wait for earlier events of their orders that never arrived"),
+        "{t}"
+    );
+    assert!(!t.contains("summary: "), "{t}");
+
+    // Five minutes later (here: an outbox whose gap_after is 0), the wait is a gap.
+    runtime().block_on(async {
+        let store = event_runtime::Store::connect(&db).await.unwrap();
+        let outbox = event_runtime::Outbox::builder(store)
+            .dispatcher(event_runtime::Dispatcher::builder_empty())
+            .config(event_runtime::OutboxConfig::default().gap_after(Duration::ZERO))
+            .build()
+            .unwrap();
+        assert_eq!(outbox.detect_gaps().await.unwrap().len(), 1);
+    });
+    let events = |args: &[&str]| {
+        let out = Command::new(&bin)
+            .args(["events", "--database", &db])
+            .args(args)
+            .output()
+            .unwrap();
+        (out.status.success(), text(&out))
+    };
+    let (ok, t) = events(&["inbox", "gaps"]);
+    assert!(ok, "{t}");
+    assert!(t.contains("order@urn:example:orders CA-2017-9") && t.contains("gap"), "{t}");
+    let (ok, t) = events(&["dlq", "list"]);
+    assert!(ok && t.contains("1 open gap"), "{t}");
+    let (ok, t) = events(&[
+        "inbox", "gaps", "accept", "--all-open", "--reason", "the broker lost 1-4", "--actor",
+        "ops",
+    ]);
+    assert!(ok && t.contains("accepted 1 gap(s)"), "{t}");
+
+    let out = run();
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(t.contains("billing: 1 invoices"), "{t}");
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+    runtime().block_on(async {
+        let js = async_nats::jetstream::new(async_nats::connect(&url).await.unwrap());
+        let _ = js.delete_stream(&stream).await;
+    });
+}
