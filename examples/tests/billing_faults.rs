@@ -365,11 +365,20 @@ fn an_event_whose_predecessors_never_came_ends_billing_with_an_error_then_a_gap(
     };
     let (ok, t) = events(&["inbox", "gaps"]);
     assert!(ok, "{t}");
-    assert!(t.contains("order@urn:example:orders CA-2017-9") && t.contains("gap"), "{t}");
+    assert!(
+        t.contains("order@urn:example:orders CA-2017-9") && t.contains("gap"),
+        "{t}"
+    );
     let (ok, t) = events(&["dlq", "list"]);
     assert!(ok && t.contains("1 open gap"), "{t}");
     let (ok, t) = events(&[
-        "inbox", "gaps", "accept", "--all-open", "--reason", "the broker lost 1-4", "--actor",
+        "inbox",
+        "gaps",
+        "accept",
+        "--all-open",
+        "--reason",
+        "the broker lost 1-4",
+        "--actor",
         "ops",
     ]);
     assert!(ok && t.contains("accepted 1 gap(s)"), "{t}");

@@ -968,3 +968,42 @@ async fn events_nats_stream_create_then_check_and_a_check_that_asks_for_more_fai
     assert!(err.contains("duplicate_window is 120s"), "{err}");
     jetstream::new(client).delete_stream(&stream).await.unwrap();
 }
+
+#[event_handler(name = "natstest.bill_at_commit", in_transaction)]
+async fn bill_at_commit(envelope: &Envelope<Shipped>, tx: &mut Tx) -> Result<(), HandlerError> {
+    bill(envelope, tx).await
+}
+
+/// An in-transaction handler runs when a received event is committed, before a predecessor
+/// it waits for: the inbox refuses to start with one unless the configuration allows it.
+#[tokio::test]
+async fn the_inbox_refuses_in_transaction_handlers_unless_allowed() {
+    let Some((_client, js, stream, _prefix)) = with_stream("inbox_in_transaction").await else {
+        return;
+    };
+    let (_, store) = common::sqlite("nats_inbox_in_transaction").await;
+    let outbox = Outbox::builder(store)
+        .dispatcher(
+            Dispatcher::builder_empty()
+                .event::<Shipped>()
+                .handler::<bill_at_commit>(),
+        )
+        .build()
+        .unwrap();
+    let e = NatsInbox::new(&js, outbox.clone(), inbox_config(&stream, "billing"))
+        .await
+        .unwrap_err();
+    let message = event_core::ErrorChain(&e).to_string();
+    assert!(
+        message.contains("natstest.bill_at_commit")
+            && message.contains("allow_in_transaction_handlers"),
+        "{message}"
+    );
+    NatsInbox::new(
+        &js,
+        outbox,
+        inbox_config(&stream, "billing").allow_in_transaction_handlers(true),
+    )
+    .await
+    .unwrap();
+}

@@ -69,8 +69,10 @@
 //!   after an aggregate's last event; an aggregate idle longer starts a new chain, so a loss
 //!   older than the retention window goes undetected.
 //! - In-transaction handlers of received events run at commit and cannot wait for a
-//!   predecessor: they see the broker's order. Use after-commit handlers (the default) for
-//!   received events whose order matters.
+//!   predecessor: they would see the broker's order. The NATS inbox refuses to start with
+//!   any unless its configuration allows them (`InboxConfig::allow_in_transaction_handlers`,
+//!   for handlers of the service's own events); use after-commit handlers (the default) for
+//!   received events.
 //!
 //! A dead letter of an inbox is replayed through the core as well — no broker connection is
 //! needed: [`Outbox::replay_inbox_dead_letters`](crate::Outbox::replay_inbox_dead_letters) decodes it again (after a deploy that knows

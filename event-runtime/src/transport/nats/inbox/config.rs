@@ -40,6 +40,12 @@ pub struct InboxConfig {
     /// Messages delivered and not acked at most (default: `batch`): the consumer never hands
     /// out more than one batch that this inbox has not settled.
     pub max_ack_pending: Option<i64>,
+    /// Whether the consuming outbox may register `in_transaction` handlers (default `false`:
+    /// [`NatsInbox::new`](super::NatsInbox::new) refuses them). Such a handler runs when a
+    /// received event is committed — before a predecessor it waits for has arrived — so it
+    /// sees the broker's delivery order, not the producer's. Allow it when they handle only
+    /// this service's own events, or when order does not matter to them.
+    pub allow_in_transaction_handlers: bool,
 }
 
 impl InboxConfig {
@@ -55,7 +61,14 @@ impl InboxConfig {
             max_deliver: 50,
             backoff: Vec::new(),
             max_ack_pending: None,
+            allow_in_transaction_handlers: false,
         }
+    }
+
+    /// With [`allow_in_transaction_handlers`](Self::allow_in_transaction_handlers) set.
+    pub fn allow_in_transaction_handlers(mut self, allow: bool) -> Self {
+        self.allow_in_transaction_handlers = allow;
+        self
     }
 
     /// With [`filter_subject`](Self::filter_subject) set: the one subject filter.
