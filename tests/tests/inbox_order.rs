@@ -7,12 +7,14 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use event_core::{event_handler, DomainEvent, Envelope, EventDescriptor, HandlerError};
 use event_runtime::inbox::{Incoming, Origin, Verdict};
+use event_runtime::testing::{FaultAction, FaultPoint};
 use event_runtime::{
     DeadLetterReason, Delivery, DeliveryError, Destination, Dispatcher, Outbox, OutboxConfig,
     Resolution, Routing, SqlValue, Store, Tx,
@@ -308,6 +310,54 @@ async fn two_instances_committing_adjacent_events_at_once_never_leave_one_held()
                 "{label}: R-{i}"
             );
         }
+        store.close().await;
+    }
+}
+
+/// Armed: the next commit of the gated outbox pauses at `BeforeCommit` (its transaction
+/// open, its links written) for 500 ms.
+static GATE_ARMED: AtomicBool = AtomicBool::new(false);
+static GATE_REACHED: AtomicBool = AtomicBool::new(false);
+
+#[tokio::test]
+async fn a_predecessor_committed_while_its_successor_commits_releases_it() {
+    for db in common::databases("inbox_order_forced").await {
+        let label = db.label();
+        let store = db.open().await;
+        setup(&store).await;
+        let gated = Outbox::builder(store.clone())
+            .dispatcher(Dispatcher::builder_empty().handler::<record>())
+            .fault_injection(|point| {
+                if point == FaultPoint::BeforeCommit && GATE_ARMED.swap(false, Ordering::SeqCst) {
+                    GATE_REACHED.store(true, Ordering::SeqCst);
+                    return FaultAction::Pause(Duration::from_millis(500));
+                }
+                FaultAction::Continue
+            })
+            .build()
+            .unwrap();
+        let other = consumer(&db.open().await, Duration::from_secs(300));
+        GATE_REACHED.store(false, Ordering::SeqCst);
+        GATE_ARMED.store(true, Ordering::SeqCst);
+        // Instance A has linked 2 (held: 1 is not there) and not committed yet ...
+        let a = tokio::spawn({
+            let gated = gated.clone();
+            async move { gated.receive(INBOX, vec![line("F", 2, 1)]).await }
+        });
+        while !GATE_REACHED.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        // ... when instance B commits 1. Without a lock per aggregate, B could not see 2 and
+        // A could not see 1: 2 would stay held for ever.
+        let rb = other.receive(INBOX, vec![line("F", 1, 0)]).await;
+        let ra = a.await.unwrap();
+        assert!(
+            ra.error.is_none() && rb.error.is_none(),
+            "{label}: {ra:?} {rb:?}"
+        );
+        drain(&gated).await;
+        assert_eq!(seen(&store, "F").await, [1, 2], "{label}");
+        assert_eq!(gated.held_events().await.unwrap(), 0, "{label}");
         store.close().await;
     }
 }

@@ -67,6 +67,10 @@ pub(super) fn link_of(raw: &RawEnvelope, kind: LinkKind) -> ChainLink {
 /// The place a dead letter fills in its aggregate's chain: none when its body did not
 /// decode that far (no aggregate, no sequence).
 fn dead_link(p: &Poison) -> Option<ChainLink> {
+    // A conflict's place is taken by the stored event, which holds (or not) by its own link.
+    if p.reason == DeadLetterReason::Conflict {
+        return None;
+    }
     let raw = p.raw.as_deref()?;
     // A place the database could not store (U+0000 in its key, refused by PostgreSQL in
     // text; a sequence above i64::MAX) is no place: its aggregate cannot hold events either.

@@ -473,6 +473,10 @@ impl Outbox {
         use crate::testing::FaultAction;
         match self.fault_action(point) {
             FaultAction::Continue => Ok(tx),
+            FaultAction::Pause(wait) => {
+                tokio::time::sleep(wait).await;
+                Ok(tx)
+            }
             // Abandon the transaction as a dying process would.
             FaultAction::Crash => {
                 tx.into_backend().abandon(false).await;
@@ -492,6 +496,10 @@ impl Outbox {
     ) -> Result<(), OutboxError> {
         match self.fault_action(point) {
             crate::testing::FaultAction::Continue => Ok(()),
+            crate::testing::FaultAction::Pause(wait) => {
+                tokio::time::sleep(wait).await;
+                Ok(())
+            }
             _ => Err(OutboxError::Injected(point)),
         }
     }

@@ -212,10 +212,7 @@ impl Dialect for PostgresDialect {
                      SELECT x.handler, x.event_id FROM event_deliveries x \
                      WHERE h.sequence > 0 AND x.handler = h.handler AND x.aggregate_type = h.aggregate_type \
                        AND x.aggregate_id = h.aggregate_id AND x.status = 'pending' AND x.sequence >= h.sequence \
-                       AND NOT EXISTS (SELECT 1 FROM event_deliveries y WHERE y.handler = h.handler \
-                           AND y.aggregate_type = h.aggregate_type AND y.aggregate_id = h.aggregate_id \
-                           AND y.held AND y.status = 'pending' AND y.sequence > h.sequence \
-                           AND y.sequence <= x.sequence) \
+                       AND x.sequence < COALESCE(h.held_at, 9223372036854775807) \
                      ORDER BY x.sequence LIMIT (SELECT n FROM quota)) r \
                  UNION ALL SELECT h.handler, h.event_id, h.event_id, h.prior_token FROM heads h WHERE h.sequence = 0) \
              UPDATE event_deliveries d SET lease_token = $5, \

@@ -29,4 +29,8 @@ pub enum FaultAction {
     /// Kill the database connection under the open transaction (PostgreSQL:
     /// `pg_terminate_backend`; SQLite: the transaction is dropped), then as `Crash`.
     DropConnection,
+    /// Wait this long (asynchronously: the runtime goes on), then go on: a slow step, to let
+    /// another process's transaction run in between. At a point without a transaction, as
+    /// `Continue` after the wait.
+    Pause(std::time::Duration),
 }

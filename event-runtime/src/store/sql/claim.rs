@@ -12,12 +12,16 @@ use crate::store::StoreError;
 
 /// The ready, due heads of runs of the destinations in `$2` at time `$1` (at most `$3`),
 /// oldest first: not paused, not leased under a live lease, and with no earlier delivery of
-/// their run pending or dead. `table` names the deliveries table as `d` (with an index hint
+/// their run pending or dead; `held_at` is the first held delivery of the run (where its
+/// extension stops; NULL when none: one look-up in the partial index of held deliveries). `table` names the deliveries table as `d` (with an index hint
 /// where the dialect needs one); `suffix` ends the statement (row locking).
 pub(crate) fn heads_sql(table: &str, destinations: &str, suffix: &str) -> String {
     format!(
         "SELECT d.handler, d.event_id, d.aggregate_type, d.aggregate_id, d.sequence, d.next_attempt_at, \
-                d.lease_token AS prior_token \
+                d.lease_token AS prior_token, \
+                (SELECT MIN(y.sequence) FROM event_deliveries y WHERE y.held AND y.status = 'pending' \
+                   AND y.handler = d.handler AND y.aggregate_type = d.aggregate_type \
+                   AND y.aggregate_id = d.aggregate_id) AS held_at \
          FROM {table} \
          WHERE d.status = 'pending' AND d.ready AND NOT d.held AND d.next_attempt_at <= $1 \
            AND d.handler IN {destinations} \
@@ -90,40 +94,35 @@ pub(crate) fn in_run_order(mut claimed: Vec<ClaimedDelivery>) -> Vec<ClaimedDeli
 #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 async fn followers<D: Dialect>(
     conn: &mut Conn<D>,
-    runs: &[(String, String, String, i64)],
+    runs: &[(String, String, String, i64, i64)],
     quota: i64,
 ) -> Result<Vec<(String, String)>, StoreError> {
     let mut followers = Vec::new();
     for chunk in runs.chunks(100) {
         let mut args = vec![Arg::I64(quota)];
         let mut parts = Vec::with_capacity(chunk.len());
-        for (i, (handler, agg_type, agg_id, sequence)) in chunk.iter().enumerate() {
-            let p = 2 + i * 4;
+        for (i, (handler, agg_type, agg_id, sequence, held_at)) in chunk.iter().enumerate() {
+            let p = 2 + i * 5;
             // `status IN (…)` repeats the index's condition so that SQLite's planner uses the
             // (handler, aggregate, sequence) index of pending and dead deliveries.
             parts.push(format!(
                 "SELECT * FROM (SELECT handler, event_id FROM event_deliveries \
                  WHERE handler = ${} AND aggregate_type = ${} AND aggregate_id = ${} \
                  AND status IN ('pending', 'dead') AND status = 'pending' AND sequence > ${} \
-                 AND NOT EXISTS (SELECT 1 FROM event_deliveries y WHERE y.handler = ${} \
-                     AND y.aggregate_type = ${} AND y.aggregate_id = ${} AND y.held \
-                     AND y.status = 'pending' AND y.sequence > ${} \
-                     AND y.sequence <= event_deliveries.sequence) \
+                 AND sequence < ${} \
                  ORDER BY sequence LIMIT $1)",
                 p,
                 p + 1,
                 p + 2,
                 p + 3,
-                p,
-                p + 1,
-                p + 2,
-                p + 3
+                p + 4
             ));
             args.extend([
                 Arg::Str(handler),
                 Arg::Str(agg_type),
                 Arg::Str(agg_id),
                 Arg::I64(*sequence),
+                Arg::I64(*held_at),
             ]);
         }
         for r in rows::<D>(conn, &parts.join(" UNION ALL "), &args).await? {
@@ -163,8 +162,9 @@ pub(crate) async fn claim_in_steps<D: Dialect>(
     super::delivery::upsert_lease::<D>(conn, req).await?;
     let quota = (req.max_deliveries / heads.len()).max(1) as i64;
     let mut head_keys: Vec<(String, String)> = Vec::with_capacity(heads.len());
-    // (handler, aggregate type, aggregate id, sequence) of the heads whose runs extend.
-    let mut runs: Vec<(String, String, String, i64)> = Vec::new();
+    // (handler, aggregate type, aggregate id, sequence, first held sequence) of the heads
+    // whose runs extend.
+    let mut runs: Vec<(String, String, String, i64, i64)> = Vec::new();
     for h in &heads {
         let handler = D::DB::get_string(h, "handler").map_err(db)?;
         let event_id = D::DB::get_string(h, "event_id").map_err(db)?;
@@ -175,6 +175,9 @@ pub(crate) async fn claim_in_steps<D: Dialect>(
                 D::DB::get_string(h, "aggregate_type").map_err(db)?,
                 D::DB::get_string(h, "aggregate_id").map_err(db)?,
                 sequence,
+                D::DB::get_opt_i64(h, "held_at")
+                    .map_err(db)?
+                    .unwrap_or(i64::MAX),
             ));
         }
         head_keys.push((handler, event_id));

@@ -274,10 +274,10 @@ async fn deliveries<D: Dialect>(
     )
     .await?;
     done.deliveries = moving.iter().filter(|s| s.1).count() as u64;
-    // Unordered deliveries are runs of their own: ready at once. The others' runs get their
-    // head recomputed.
+    // Unordered deliveries are runs of their own: ready at once, never held for a
+    // predecessor. The others' runs get their head recomputed.
     let unordered = format!(
-        "UPDATE event_deliveries SET ready = TRUE WHERE handler = $1 AND sequence = 0 AND {}",
+        "UPDATE event_deliveries SET ready = TRUE, held = FALSE WHERE handler = $1 AND sequence = 0 AND {}",
         D::text_in("event_id", "$2")
     );
     execute::<D>(conn, &unordered, &[Arg::Str(to), Arg::Str(&ids)]).await?;

@@ -20,7 +20,11 @@ pub struct InboxConfig {
     /// The durable consumer's name: the inbox's identity on the server, and (as
     /// `nats-inbox:<durable>`) the handler name of its dead letters.
     pub durable: String,
-    /// One subject filter (nats-server 2.9 takes one); `None`: the whole stream.
+    /// One subject filter (nats-server 2.9 takes one); `None`: the whole stream. It must
+    /// take every subject the producer's relay publishes for the aggregate types this service
+    /// consumes: each event names its predecessor, whatever its type, and an event filtered
+    /// out is a gap that holds the aggregate's later events (see
+    /// [the inbox core](crate::inbox#order-across-services)).
     pub filter_subject: Option<String>,
     /// Messages fetched and committed at once (default 64).
     pub batch: usize,
