@@ -523,3 +523,23 @@ fn the_wire_envelope_adds_or_replaces_prevsequence() {
         .insert("prevsequence", "1")
         .is_err());
 }
+
+/// A new producer's wire envelope read by a consumer that knows nothing of chains (the
+/// previous release, or any CloudEvents reader of this framework's parser): `prevsequence` is
+/// one more extension attribute, kept among the headers, and the event decodes as before.
+#[test]
+fn a_consumer_that_knows_nothing_of_chains_reads_the_wire_envelope() {
+    let envelope = Envelope::new(LineAdded { order: "O".into() })
+        .with_sequence(5)
+        .with_source("urn:test:shop");
+    let stored = serde_json::to_string(&envelope).unwrap();
+    let wire = Delivery::new(envelope.id(), "ordertest.line_added", &stored)
+        .previous_sequence(4)
+        .wire_envelope()
+        .into_owned();
+    let raw = event_core::RawEnvelope::from_json(&wire).unwrap();
+    let typed = Envelope::<LineAdded>::decode(&raw).unwrap();
+    assert_eq!(typed.sequence(), 5);
+    assert_eq!(typed.event().order, "O");
+    assert_eq!(typed.headers().get("prevsequence"), Some("4"));
+}
