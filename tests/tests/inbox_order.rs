@@ -42,6 +42,14 @@ async fn record(envelope: &Envelope<LineAdded>, tx: &mut Tx) -> Result<(), Handl
     Ok(())
 }
 
+/// The same event at version 2, which the consumer learns in a later deploy.
+#[derive(Debug, Clone, Serialize, Deserialize, DomainEvent)]
+#[event(name = "ordertest.line_added", version = 2)]
+struct LineAddedV2 {
+    #[event(aggregate_id)]
+    order: String,
+}
+
 const INBOX: &str = "queue:orders";
 
 fn consumer(store: &Store, gap_after: Duration) -> Outbox {
@@ -215,6 +223,9 @@ async fn a_dead_letter_holds_what_follows_and_an_unknown_name_fills_its_place() 
             .unwrap();
         drain(&outbox).await;
         assert_eq!(seen(&store, "A").await, [1, 3, 4, 6], "{label}");
+        let closed = outbox.gaps(true).await.unwrap();
+        assert_eq!(closed[0].resolution.as_deref(), Some("accepted"), "{label}");
+        assert!(outbox.gaps(false).await.unwrap().is_empty(), "{label}");
         store.close().await;
     }
 }
@@ -246,20 +257,33 @@ async fn a_gap_is_reported_never_skipped_until_an_operator_accepts_it() {
             .await
             .unwrap();
         assert_eq!(done.accepted.len(), 1, "{label}");
-        assert_eq!(done.audit.action, "gap-accept", "{label}");
-        assert_eq!(done.audit.count, 1, "{label}");
-        assert!(done.audit.finished_at.is_some(), "{label}");
+        let audit = done.audit.expect("an audit row");
+        assert_eq!(audit.action, "gap-accept", "{label}");
+        assert_eq!(audit.count, 1, "{label}");
+        assert!(audit.finished_at.is_some(), "{label}");
+        // Nothing open: nothing written.
+        let again = outbox.accept_gaps(None, "ops", "again").await.unwrap();
+        assert!(
+            again.audit.is_none() && again.accepted.is_empty(),
+            "{label}"
+        );
         drain(&outbox).await;
         assert_eq!(seen(&store, "A").await, [5], "{label}");
         assert!(outbox.gaps(false).await.unwrap().is_empty(), "{label}");
         let all = outbox.gaps(true).await.unwrap();
         assert_eq!(all[0].resolution.as_deref(), Some("accepted"), "{label}");
 
-        // 4 arrives after all: late, dead-lettered, not handled.
-        let r = outbox.receive(INBOX, vec![line("A", 4, 3)]).await;
+        // 4 arrives after all, and 1 (an earlier place, never received): both late,
+        // dead-lettered, not handled.
+        let r = outbox
+            .receive(INBOX, vec![line("A", 4, 3), line("A", 1, 0)])
+            .await;
         assert_eq!(
             r.verdicts,
-            [Verdict::DeadLettered(DeadLetterReason::Late)],
+            [
+                Verdict::DeadLettered(DeadLetterReason::Late),
+                Verdict::DeadLettered(DeadLetterReason::Late)
+            ],
             "{label}"
         );
         drain(&outbox).await;
@@ -542,4 +566,48 @@ fn a_consumer_that_knows_nothing_of_chains_reads_the_wire_envelope() {
     assert_eq!(typed.sequence(), 5);
     assert_eq!(typed.event().order, "O");
     assert_eq!(typed.headers().get("prevsequence"), Some("4"));
+}
+
+#[tokio::test]
+async fn replaying_the_dead_letter_that_holds_a_chain_releases_what_follows() {
+    for db in common::databases("inbox_order_replay").await {
+        let label = db.label();
+        let store = db.open().await;
+        setup(&store).await;
+        let outbox = consumer(&store, Duration::from_secs(300));
+        // 2 arrives at a version this deploy does not know: dead-lettered, it holds 3.
+        let r = outbox
+            .receive(
+                INBOX,
+                vec![
+                    line("A", 1, 0),
+                    wire("A", 2, Some(1), "ordertest.line_added", 2),
+                    line("A", 3, 2),
+                ],
+            )
+            .await;
+        assert_eq!(
+            r.verdicts[1],
+            Verdict::DeadLettered(DeadLetterReason::UnknownEvent),
+            "{label}"
+        );
+        drain(&outbox).await;
+        assert_eq!(seen(&store, "A").await, [1], "{label}");
+        assert_eq!(outbox.held_events().await.unwrap(), 1, "{label}");
+        // The next deploy knows version 2: replaying the dead letter takes its place.
+        let next = Outbox::builder(store.clone())
+            .dispatcher(Dispatcher::builder_empty().event::<LineAddedV2>())
+            .build()
+            .unwrap();
+        let dead = store.dead_letters(&Default::default()).await.unwrap();
+        let report = next
+            .replay_inbox_dead_letters(&[dead[0].id], "ops", "version 2 deployed")
+            .await
+            .unwrap();
+        assert_eq!(report.appended, 1, "{label}");
+        drain(&outbox).await;
+        assert_eq!(seen(&store, "A").await, [1, 3], "{label}");
+        assert_eq!(outbox.held_events().await.unwrap(), 0, "{label}");
+        store.close().await;
+    }
 }

@@ -1007,3 +1007,24 @@ async fn the_inbox_refuses_in_transaction_handlers_unless_allowed() {
     .await
     .unwrap();
 }
+
+/// A `gap_after` within the consumer's redelivery delay would report a message merely
+/// awaiting redelivery as a gap: the inbox refuses to start.
+#[tokio::test]
+async fn the_inbox_refuses_a_gap_after_within_the_redelivery_delay() {
+    let Some((_client, js, stream, _prefix)) = with_stream("inbox_gap_after").await else {
+        return;
+    };
+    let (_, store) = common::sqlite("nats_inbox_gap_after").await;
+    let outbox = Outbox::builder(store)
+        .dispatcher(Dispatcher::builder_empty().event::<Shipped>())
+        .config(OutboxConfig::default().gap_after(Duration::from_millis(1_200)))
+        .build()
+        .unwrap();
+    // ack wait 1 s + fetch wait 0.5 s = 1.5 s ≥ 1.2 s.
+    let e = NatsInbox::new(&js, outbox, inbox_config(&stream, "billing"))
+        .await
+        .unwrap_err();
+    let message = event_core::ErrorChain(&e).to_string();
+    assert!(message.contains("gap_after"), "{message}");
+}

@@ -72,11 +72,20 @@ pub(super) async fn run(
             let who = actor(who.as_deref(), "accepted")?;
             let selection = (!all_open).then_some(ids.as_slice());
             let done = store.accept_gaps(selection, &who, &reason).await?;
+            let Some(audit) = &done.audit else {
+                return Err(CliError::Refused(match selection {
+                    Some(ids) => format!(
+                        "no open gap among {}: nothing was accepted (`events inbox gaps` lists the open ones)",
+                        ids.iter().map(i64::to_string).collect::<Vec<_>>().join(", ")
+                    ),
+                    None => "no open gap: nothing was accepted".into(),
+                }));
+            };
             writeln!(
                 io.out,
                 "accepted {} gap(s) (audit #{}); the events held behind them are released in chain order",
                 done.accepted.len(),
-                done.audit.id
+                audit.id
             )?;
             if let Some(ids) = selection {
                 let accepted: Vec<i64> = done.accepted.iter().map(|g| g.id).collect();

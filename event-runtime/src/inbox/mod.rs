@@ -49,7 +49,10 @@
 //! names no predecessor (`0`, or no attribute: an older producer) or its predecessor was
 //! released — transitively, so nothing after a hole runs. Until then its deliveries are held
 //! (part of their runs, never ready); the predecessor's arrival releases them in chain order.
-//! Unordered handlers and unsequenced events are never held. Two instances committing
+//! Unordered handlers and unsequenced events are never held. A `prevsequence` that is not an
+//! earlier sequence of the event's aggregate (not digits, negative, at or after the event's
+//! own) names no predecessor: the event is not held, with a warning and the counter
+//! `events_inbox_invalid_prevsequence_total`. Two instances committing
 //! adjacent events of one aggregate at once wait for each other on the aggregate's row.
 //!
 //! - A dead letter of an event name this service does not register fills its place in the
@@ -61,8 +64,8 @@
 //!   reported once (a warning, `events_inbox_gaps_opened_total`), listed by `events inbox gaps`
 //!   and `events dlq list` (kind `gap`), and never skipped until an operator accepts it
 //!   ([`Outbox::accept_gaps`](crate::Outbox::accept_gaps), `events inbox gaps accept`). A gap
-//!   closes itself when its event arrives; one that arrives after its gap was accepted is
-//!   dead-lettered as `late`.
+//!   closes itself when its event arrives; an event that arrives after its gap was accepted,
+//!   for that place or an earlier one not received yet, is dead-lettered as `late`.
 //! - A consumer must receive every subject the relay publishes for the aggregate types it
 //!   takes: an event filtered out of its subscription is a gap.
 //! - Chain state is kept for [`OutboxConfig::retention`](crate::OutboxConfig::retention)

@@ -45,11 +45,29 @@ pub(super) fn received_key(raw: &RawEnvelope) -> String {
 /// string of digits or a number); 0 when it names none, or names it in a form that is not a
 /// sequence (never held for it).
 pub(super) fn previous_of(raw: &RawEnvelope) -> u64 {
-    raw.meta
+    let Some(value) = raw
+        .meta
         .headers
         .get(event_core::PREVIOUS_SEQUENCE_ATTRIBUTE)
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .unwrap_or(0)
+    else {
+        return 0;
+    };
+    match value.trim().parse::<u64>() {
+        Ok(p) if p < raw.meta.sequence || p == 0 => p,
+        _ => {
+            // Not a predecessor (garbage, or not before the event): the event cannot be
+            // ordered after anything. Said, so that a producer's bug does not pass unseen.
+            tracing::warn!(
+                event_id = %raw.meta.id,
+                aggregate = %format!("{} {}", received_key(raw), raw.meta.aggregate_id),
+                sequence = raw.meta.sequence,
+                prevsequence = value,
+                "a received event's prevsequence is not an earlier sequence of its aggregate; it is released without waiting for a predecessor"
+            );
+            metrics::counter!("events_inbox_invalid_prevsequence_total").increment(1);
+            0
+        }
+    }
 }
 
 /// The place `raw` fills in its aggregate's chain, as `kind`.

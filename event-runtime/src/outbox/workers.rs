@@ -72,8 +72,11 @@ impl Outbox {
 
     /// Delivers in this task until no delivery of this process's destinations can make
     /// progress: every one is completed, dead-lettered, waits behind a dead letter of its
-    /// (destination, aggregate) (see [`OutboxStats::blocked`](crate::OutboxStats::blocked)), or
-    /// belongs to a paused destination. Waits for scheduled retries. Returns the totals.
+    /// (destination, aggregate) (see [`OutboxStats::blocked`](crate::OutboxStats::blocked)),
+    /// belongs to a paused destination, or is held: a received event waiting for its
+    /// predecessor, which only its arrival (or an accepted gap) releases — so `Ok` does not
+    /// mean every received event was handled: ask [`held_events`](Self::held_events).
+    /// Waits for scheduled retries. Returns the totals.
     ///
     /// # Errors
     /// [`OutboxError::Store`]; [`OutboxError::Timeout`] when `timeout` passes with deliveries

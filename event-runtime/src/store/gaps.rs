@@ -13,8 +13,9 @@ const ACCEPT_PAGE: usize = 200;
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct GapAcceptance {
-    /// The audit row (action `gap-accept`), finished, its count the gaps accepted.
-    pub audit: AuditEntry,
+    /// The audit row (action `gap-accept`), finished, its count the gaps accepted; `None`
+    /// when no selected gap was open (nothing was accepted, and no row written).
+    pub audit: Option<AuditEntry>,
     /// The gaps accepted, in id order (one that closed meanwhile is left out).
     pub accepted: Vec<Gap>,
 }
@@ -48,7 +49,9 @@ impl Store {
     /// dead-lettered as `late`. Audited (action `gap-accept`: one row for the operation, its
     /// selection, its count the gaps accepted, finished when the last page is); done in
     /// pages of 200 gaps, one transaction each, so an interrupted call leaves the rest open
-    /// and calling it again accepts them. An id that is not an open gap is skipped.
+    /// and calling it again accepts them. An id that is not an open gap is skipped; when no
+    /// selected gap is open, nothing is written (no audit row). `reason` goes to the audit
+    /// log as given (the `events` tool refuses an empty one).
     ///
     /// # Errors
     /// [`StoreError`] when the database fails (the pages committed stay accepted).
@@ -62,19 +65,26 @@ impl Store {
         reason: &str,
     ) -> Result<GapAcceptance, StoreError> {
         let store = self.backend();
+        let open: Vec<i64> = self.gaps(false).await?.iter().map(|g| g.id).collect();
+        let wanted: Vec<i64> = match ids {
+            Some(ids) => open.into_iter().filter(|id| ids.contains(id)).collect(),
+            None => open,
+        };
+        if wanted.is_empty() {
+            return Ok(GapAcceptance {
+                audit: None,
+                accepted: Vec::new(),
+            });
+        }
         let selection = serde_json::json!({ "gaps": ids }).to_string();
         let audit = store
             .start_audit("gap-accept", actor, reason, Some(&selection), now_ms())
             .await?;
-        let wanted: Vec<i64> = match ids {
-            Some(ids) => ids.to_vec(),
-            None => self.gaps(false).await?.iter().map(|g| g.id).collect(),
-        };
         let mut accepted = Vec::new();
         for page in wanted.chunks(ACCEPT_PAGE) {
             accepted.extend(store.accept_gaps(page, audit.id, now_ms()).await?);
         }
-        let audit = store.finish_resolution(audit.id, now_ms()).await?;
+        let audit = Some(store.finish_resolution(audit.id, now_ms()).await?);
         Ok(GapAcceptance { audit, accepted })
     }
 }

@@ -591,10 +591,12 @@ pub(crate) async fn accept_gaps<D: Dialect>(
 }
 
 /// Skips the places of the inbox dead letters `event_ids` that hold their successors (a
-/// purge accepts the gap it left) and releases what follows. Returns the runs to promote.
+/// purge accepts the gap it left: an open gap there closes as `accepted`) and releases what
+/// follows. Returns the runs to promote.
 pub(crate) async fn skip_dead_places<D: Dialect>(
     conn: &mut Conn<D>,
     event_ids: &[String],
+    now: i64,
 ) -> Result<Vec<StreamKey>, StoreError> {
     if event_ids.is_empty() {
         return Ok(Vec::new());
@@ -602,22 +604,37 @@ pub(crate) async fn skip_dead_places<D: Dialect>(
     let list = serde_json::to_string(event_ids).unwrap_or_else(|_| "[]".into());
     let sql = format!(
         "UPDATE event_inbox_chain SET state = 'skipped' WHERE state = 'dead' AND {} \
-         RETURNING aggregate_type, aggregate_id",
+         RETURNING aggregate_type, aggregate_id, sequence",
         D::text_in("event_id", "$1")
     );
     let mut aggregates = BTreeSet::new();
+    let mut skipped = Vec::new();
     for r in rows::<D>(conn, &sql, &[Arg::Str(&list)]).await? {
-        aggregates.insert((
+        let key = (
             D::DB::get_string(&r, "aggregate_type").map_err(db)?,
             D::DB::get_string(&r, "aggregate_id").map_err(db)?,
-        ));
+        );
+        skipped.push((key.clone(), D::DB::get_i64(&r, "sequence").map_err(db)?));
+        aggregates.insert(key);
+    }
+    // Their open gaps are accepted by the purge.
+    for ((t, i), s) in &skipped {
+        execute::<D>(
+            conn,
+            "UPDATE event_inbox_gaps SET closed_at = $1, resolution = 'accepted' \
+             WHERE closed_at IS NULL AND aggregate_type = $2 AND aggregate_id = $3 \
+               AND missing_sequence = $4",
+            &[Arg::I64(now), Arg::Str(t), Arg::Str(i), Arg::I64(*s)],
+        )
+        .await?;
     }
     let aggregates: Vec<AggKey> = aggregates.into_iter().collect();
     Ok(release::<D>(conn, &aggregates).await?.1)
 }
 
-/// The places of `places` an accepted gap skipped (their event is late): indexes into
-/// `places`.
+/// The places of `places` whose event is late: at or before a place an accepted gap skipped
+/// in their aggregate, and not taken by an event already (the events after the skipped place
+/// were released without them): indexes into `places`.
 pub(crate) async fn skipped_places<D: Dialect>(
     conn: &mut Conn<D>,
     places: &[(&str, &str, u64)],
@@ -636,7 +653,10 @@ pub(crate) async fn skipped_places<D: Dialect>(
         let sql = format!(
             "SELECT k.column1 AS i FROM (VALUES {}) AS k WHERE EXISTS (SELECT 1 FROM event_inbox_chain c \
                WHERE c.aggregate_type = k.column2 AND c.aggregate_id = k.column3 \
-                 AND c.sequence = k.column4 AND c.state = 'skipped')",
+                 AND c.sequence >= k.column4 AND c.state = 'skipped') \
+             AND NOT EXISTS (SELECT 1 FROM event_inbox_chain t \
+               WHERE t.aggregate_type = k.column2 AND t.aggregate_id = k.column3 \
+                 AND t.sequence = k.column4 AND t.state <> 'skipped')",
             placeholders(chunk.len(), 4, 1)
         );
         for r in rows::<D>(conn, &sql, &args).await? {
