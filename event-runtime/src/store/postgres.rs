@@ -200,100 +200,106 @@ impl Dialect for PostgresDialect {
         pool: &Pool<Postgres>,
         req: &ClaimRequest<'_>,
     ) -> Result<Vec<ClaimedDelivery>, StoreError> {
-        // Heads are locked with SKIP LOCKED (another worker's claim in progress is passed
-        // over, never waited for), then each is extended into its run through the
-        // (handler, aggregate, sequence) index: the cost follows what is claimed, not the
-        // backlog behind it. Runs share `max_deliveries` evenly.
-        let sql = format!(
-            "WITH heads AS ({heads}), \
-             quota AS (SELECT GREATEST(1, $4 / GREATEST(COUNT(*), 1)) AS n FROM heads), \
-             runs AS ( \
-                 SELECT r.handler, r.event_id, h.event_id AS head_id, h.prior_token FROM heads h CROSS JOIN LATERAL ( \
-                     SELECT x.handler, x.event_id FROM event_deliveries x \
-                     WHERE h.sequence > 0 AND x.handler = h.handler AND x.aggregate_type = h.aggregate_type \
-                       AND x.aggregate_id = h.aggregate_id AND x.status = 'pending' AND x.sequence >= h.sequence \
-                       AND x.sequence < COALESCE(h.held_at, 9223372036854775807) \
-                     ORDER BY x.sequence LIMIT (SELECT n FROM quota)) r \
-                 UNION ALL SELECT h.handler, h.event_id, h.event_id, h.prior_token FROM heads h WHERE h.sequence = 0) \
-             UPDATE event_deliveries d SET lease_token = $5, \
-                 attempts = CASE WHEN d.lease_token IS NOT NULL AND d.event_id = runs.head_id THEN d.attempts + 1 ELSE d.attempts END \
-             FROM runs, event_outbox o \
-             WHERE d.handler = runs.handler AND d.event_id = runs.event_id AND o.event_id = d.event_id \
-             RETURNING {CLAIMED_COLUMNS}, runs.prior_token",
-            heads = heads_sql(
-                Self::HEADS_TABLE,
-                &Self::json_text_array("$2"),
-                "FOR UPDATE OF d SKIP LOCKED"
-            ),
-        );
-        let destinations = serde_json::to_string(req.destinations).unwrap_or_else(|_| "[]".into());
-        // Losing a claim in a server crash is harmless (its lease token is never settled
-        // against), so it need not wait for the WAL flush.
-        let mut tx = super::sql::begin_relaxed::<Self>(pool).await?;
-        let found = rows::<Self>(
-            &mut tx,
-            &sql,
-            &[
-                Arg::I64(req.now),
-                Arg::Str(&destinations),
-                Arg::I64(req.max_runs.max(1) as i64),
-                Arg::I64(req.max_deliveries.max(1) as i64),
-                Arg::Str(req.token),
-            ],
-        )
-        .await?;
-        if found.is_empty() {
-            // Nothing claimed: nothing written, no lease row.
-            return Ok(Vec::new());
-        }
-        // A head another worker claimed after this statement's snapshot was taken, and
-        // committed before this one reached it, is locked in its new version and passes the
-        // recheck of its own columns (PostgreSQL re-evaluates a locked row's conditions on its
-        // latest version, READ COMMITTED), but the lease subquery still reads the snapshot,
-        // where that worker's lease row does not exist yet: the claim would take a live lease
-        // over. This statement runs with a new snapshot: if a lease this claim replaced is live
-        // after all, the claim is given up whole (it is rare and the next claim finds other
-        // work); nothing was written.
-        let mut prior = Vec::new();
-        for r in &found {
-            let token = Postgres::get_opt_string(r, "prior_token").map_err(db)?;
-            prior.extend(token.filter(|t| t != req.token));
-        }
-        prior.sort_unstable();
-        prior.dedup();
-        if !prior.is_empty() {
-            let list = serde_json::to_string(&prior).unwrap_or_else(|_| "[]".into());
-            let live = rows::<Self>(
-                &mut tx,
-                &format!(
-                    "SELECT COUNT(*) AS n FROM event_leases WHERE expires_at >= $1 AND {}",
-                    Self::text_in("token", "$2")
+        // A claim given up whole (the race below) is made again at once with a new snapshot,
+        // a few times: the work it found is still there for it or for the other worker.
+        for _ in 0..3 {
+            // Heads are locked with SKIP LOCKED (another worker's claim in progress is passed
+            // over, never waited for), then each is extended into its run through the
+            // (handler, aggregate, sequence) index: the cost follows what is claimed, not the
+            // backlog behind it. Runs share `max_deliveries` evenly.
+            let sql = format!(
+                "WITH heads AS ({heads}), \
+                 quota AS (SELECT GREATEST(1, $4 / GREATEST(COUNT(*), 1)) AS n FROM heads), \
+                 runs AS ( \
+                     SELECT r.handler, r.event_id, h.event_id AS head_id, h.prior_token FROM heads h CROSS JOIN LATERAL ( \
+                         SELECT x.handler, x.event_id FROM event_deliveries x \
+                         WHERE h.sequence > 0 AND x.handler = h.handler AND x.aggregate_type = h.aggregate_type \
+                           AND x.aggregate_id = h.aggregate_id AND x.status = 'pending' AND x.sequence >= h.sequence \
+                           AND x.sequence < COALESCE(h.held_at, 9223372036854775807) \
+                         ORDER BY x.sequence LIMIT (SELECT n FROM quota)) r \
+                     UNION ALL SELECT h.handler, h.event_id, h.event_id, h.prior_token FROM heads h WHERE h.sequence = 0) \
+                 UPDATE event_deliveries d SET lease_token = $5, \
+                     attempts = CASE WHEN d.lease_token IS NOT NULL AND d.event_id = runs.head_id THEN d.attempts + 1 ELSE d.attempts END \
+                 FROM runs, event_outbox o \
+                 WHERE d.handler = runs.handler AND d.event_id = runs.event_id AND o.event_id = d.event_id \
+                 RETURNING {CLAIMED_COLUMNS}, runs.prior_token",
+                heads = heads_sql(
+                    Self::HEADS_TABLE,
+                    &Self::json_text_array("$2"),
+                    "FOR UPDATE OF d SKIP LOCKED"
                 ),
-                &[Arg::I64(req.now), Arg::Str(&list)],
+            );
+            let destinations =
+                serde_json::to_string(req.destinations).unwrap_or_else(|_| "[]".into());
+            // Losing a claim in a server crash is harmless (its lease token is never settled
+            // against), so it need not wait for the WAL flush.
+            let mut tx = super::sql::begin_relaxed::<Self>(pool).await?;
+            let found = rows::<Self>(
+                &mut tx,
+                &sql,
+                &[
+                    Arg::I64(req.now),
+                    Arg::Str(&destinations),
+                    Arg::I64(req.max_runs.max(1) as i64),
+                    Arg::I64(req.max_deliveries.max(1) as i64),
+                    Arg::Str(req.token),
+                ],
             )
             .await?;
-            let n = live
-                .first()
-                .map(|r| Postgres::get_i64(r, "n"))
-                .transpose()
-                .map_err(db)?
-                .unwrap_or(0);
-            if n > 0 {
-                tx.rollback().await.map_err(db)?;
-                tracing::debug!(
-                    taken = n,
-                    "claim raced another worker's commit; given up whole"
-                );
+            if found.is_empty() {
+                // Nothing claimed: nothing written, no lease row.
                 return Ok(Vec::new());
             }
+            // A head another worker claimed after this statement's snapshot was taken, and
+            // committed before this one reached it, is locked in its new version and passes the
+            // recheck of its own columns (PostgreSQL re-evaluates a locked row's conditions on its
+            // latest version, READ COMMITTED), but the lease subquery still reads the snapshot,
+            // where that worker's lease row does not exist yet: the claim would take a live lease
+            // over. This statement runs with a new snapshot: if a lease this claim replaced is live
+            // after all, the claim is given up whole (it is rare and the next claim finds other
+            // work); nothing was written.
+            let mut prior = Vec::new();
+            for r in &found {
+                let token = Postgres::get_opt_string(r, "prior_token").map_err(db)?;
+                prior.extend(token.filter(|t| t != req.token));
+            }
+            prior.sort_unstable();
+            prior.dedup();
+            if !prior.is_empty() {
+                let list = serde_json::to_string(&prior).unwrap_or_else(|_| "[]".into());
+                let live = rows::<Self>(
+                    &mut tx,
+                    &format!(
+                        "SELECT COUNT(*) AS n FROM event_leases WHERE expires_at >= $1 AND {}",
+                        Self::text_in("token", "$2")
+                    ),
+                    &[Arg::I64(req.now), Arg::Str(&list)],
+                )
+                .await?;
+                let n = live
+                    .first()
+                    .map(|r| Postgres::get_i64(r, "n"))
+                    .transpose()
+                    .map_err(db)?
+                    .unwrap_or(0);
+                if n > 0 {
+                    tx.rollback().await.map_err(db)?;
+                    tracing::debug!(
+                        taken = n,
+                        "claim raced another worker's commit; given up whole, claiming again"
+                    );
+                    continue;
+                }
+            }
+            super::sql::delivery::upsert_lease::<Self>(&mut tx, req).await?;
+            let claimed = found
+                .iter()
+                .map(claimed_from_row::<Self>)
+                .collect::<Result<Vec<_>, _>>()?;
+            tx.commit().await.map_err(db)?;
+            return Ok(in_run_order(claimed));
         }
-        super::sql::delivery::upsert_lease::<Self>(&mut tx, req).await?;
-        let claimed = found
-            .iter()
-            .map(claimed_from_row::<Self>)
-            .collect::<Result<Vec<_>, _>>()?;
-        tx.commit().await.map_err(db)?;
-        Ok(in_run_order(claimed))
+        Ok(Vec::new())
     }
 
     type TimeLimit = Option<Duration>;

@@ -145,7 +145,7 @@ pub(crate) async fn resolve_one<D: Dialect>(
         // accepts the gap it leaves: they are released (their runs made ready now; the
         // periodic run repair covers a commit that raced it).
         let released =
-            super::chain::skip_dead_places::<D>(conn, std::slice::from_ref(&event_id), now).await?;
+            super::gaps::skip_dead_places::<D>(conn, std::slice::from_ref(&event_id), now).await?;
         if !released.is_empty() {
             promote::<D>(conn, &released).await?;
         }

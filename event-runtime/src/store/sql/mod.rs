@@ -14,6 +14,7 @@ pub(crate) mod dead_letters;
 pub(crate) mod delivery;
 mod dialect;
 pub(crate) mod exec;
+pub(crate) mod gaps;
 pub(crate) mod inbox;
 pub(crate) mod maintenance;
 pub(crate) mod operator;

@@ -163,7 +163,7 @@ pub(crate) async fn page<D: Dialect>(
         // A purged inbox dead letter that held the events after it in its aggregate's chain
         // accepts the gap it leaves: they are released.
         let ids: Vec<String> = marked.iter().map(|(_, e)| e.clone()).collect();
-        streams.extend(super::chain::skip_dead_places::<D>(&mut tx, &ids, now).await?);
+        streams.extend(super::gaps::skip_dead_places::<D>(&mut tx, &ids, now).await?);
     }
     let resolved = marked.len() as u64;
     // A purge lets the next delivery of each run flow.

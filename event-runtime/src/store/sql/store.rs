@@ -8,7 +8,7 @@ use uuid::Uuid;
 
 use super::portable::{portable_execute, portable_fetch};
 use super::{
-    audit, begin_relaxed, chain, db, dead_letters, delivery, inbox, maintenance, operator,
+    audit, begin_relaxed, chain, db, dead_letters, delivery, gaps, inbox, maintenance, operator,
     promote_after_commit, resolution, retarget, Conn, Dialect, SqlStore, SqlTx,
 };
 use crate::inbox::Origin;
@@ -318,11 +318,11 @@ impl<D: Dialect> Backend for SqlStore<D> {
         now: i64,
         limit: usize,
     ) -> Result<Vec<Gap>, StoreError> {
-        chain::open_gaps::<D>(&self.pool, older_than, now, limit).await
+        gaps::open_gaps::<D>(&self.pool, older_than, now, limit).await
     }
 
     async fn gaps(&self, all: bool, after: i64, limit: usize) -> Result<Vec<Gap>, StoreError> {
-        chain::gaps::<D>(&self.pool, all, after, limit).await
+        gaps::gaps::<D>(&self.pool, all, after, limit).await
     }
 
     async fn accept_gaps(
@@ -332,7 +332,7 @@ impl<D: Dialect> Backend for SqlStore<D> {
         now: i64,
     ) -> Result<Vec<Gap>, StoreError> {
         let mut tx = D::begin(&self.pool).await.map_err(db)?;
-        let (accepted, streams) = chain::accept_gaps::<D>(&mut tx, ids, audit_id, now).await?;
+        let (accepted, streams) = gaps::accept_gaps::<D>(&mut tx, ids, audit_id, now).await?;
         let heads = super::append::promote::<D>(&mut tx, &streams).await?;
         execute_count::<D>(&mut tx, audit_id, accepted.len()).await?;
         tx.commit().await.map_err(db)?;
@@ -347,7 +347,7 @@ impl<D: Dialect> Backend for SqlStore<D> {
     }
 
     async fn held_events(&self) -> Result<u64, StoreError> {
-        chain::held_events::<D>(&self.pool).await
+        gaps::held_events::<D>(&self.pool).await
     }
 
     async fn purge_chains(&self, cutoff: i64, limit: usize) -> Result<u64, StoreError> {
