@@ -22,6 +22,8 @@ pub(super) struct Candidate {
     pub(super) raw: RawEnvelope,
     pub(super) json: String,
     pub(super) key: String,
+    /// Its place in its aggregate's chain (read once: a bad `prevsequence` is warned once).
+    pub(super) link: ChainLink,
 }
 
 /// A message of the batch that goes to the dead letter queue, and why.
@@ -195,6 +197,7 @@ impl Outbox {
                     idx,
                     envelope: Some(envelope),
                     key,
+                    link: link_of(&raw, LinkKind::Event),
                     raw,
                     json: json.to_owned(),
                 };
@@ -323,7 +326,7 @@ impl<'a> Receiving<'a> {
                 let links: Vec<ChainLink> = poison
                     .iter()
                     .filter_map(dead_link)
-                    .chain(candidates.iter().map(|c| link_of(&c.raw, LinkKind::Event)))
+                    .chain(candidates.iter().map(|c| c.link.clone()))
                     .collect();
                 uow.tx().backend().link(&links, self.now).await?;
                 for c in &mut candidates {
@@ -406,7 +409,7 @@ impl<'a> Receiving<'a> {
                 let origin = &self.batch[c.idx].origin;
                 uow.tx()
                     .backend()
-                    .link(&[link_of(&c.raw, LinkKind::Event)], self.now)
+                    .link(std::slice::from_ref(&c.link), self.now)
                     .await?;
                 uow.add_received(envelope, c.json.clone(), c.key.clone(), Some(origin));
                 uow.commit().await
@@ -617,34 +620,35 @@ async fn set_aside_late(
     candidates: &mut Vec<Candidate>,
     poison: &mut Vec<Poison>,
 ) -> Result<(), OutboxError> {
-    let places: Vec<(&str, &str, u64)> = candidates
+    // The sequenced candidates' places, and which candidate each is.
+    let (at, places): (Vec<usize>, Vec<(&str, &str, u64)>) = candidates
         .iter()
-        .map(|c| {
-            (
-                c.key.as_str(),
-                c.raw.meta.aggregate_id.as_str(),
-                c.raw.meta.sequence,
-            )
+        .enumerate()
+        .filter(|(_, c)| c.raw.meta.sequence > 0)
+        .map(|(n, c)| {
+            let m = &c.raw.meta;
+            (n, (c.key.as_str(), m.aggregate_id.as_str(), m.sequence))
         })
-        .filter(|p| p.2 > 0)
-        .collect();
+        .unzip();
     if places.is_empty() {
         return Ok(());
     }
-    let late = tx.backend().skipped_places(&places).await?;
+    let late: HashSet<usize> = tx
+        .backend()
+        .skipped_places(&places)
+        .await?
+        .into_iter()
+        .map(|i| at[i])
+        .collect();
     if late.is_empty() {
         return Ok(());
     }
-    let late: HashSet<(String, String, u64)> = late
-        .into_iter()
-        .map(|i| (places[i].0.to_owned(), places[i].1.to_owned(), places[i].2))
-        .collect();
-    for c in std::mem::take(candidates) {
-        let m = &c.raw.meta;
-        if !late.contains(&(c.key.clone(), m.aggregate_id.clone(), m.sequence)) {
+    for (n, c) in std::mem::take(candidates).into_iter().enumerate() {
+        if !late.contains(&n) {
             candidates.push(c);
             continue;
         }
+        let m = &c.raw.meta;
         let what = format!(
             "event {} ({} {} sequence {}) arrived after an operator accepted the gap it left; the events after it were handled without it (a replay delivers it, out of order)",
             m.id, c.key, m.aggregate_id, m.sequence

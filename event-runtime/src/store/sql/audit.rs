@@ -92,6 +92,21 @@ pub(crate) async fn name_dead_letters<D: Dialect>(
     Ok(())
 }
 
+/// Adds `n` to the count of audit row `audit_id` (an operation in pages, one page done).
+pub(crate) async fn add_to_count<D: Dialect>(
+    conn: &mut Conn<D>,
+    audit_id: i64,
+    n: u64,
+) -> Result<(), StoreError> {
+    execute::<D>(
+        conn,
+        "UPDATE event_audit_log SET count = count + $1 WHERE id = $2",
+        &[Arg::I64(n as i64), Arg::I64(audit_id)],
+    )
+    .await?;
+    Ok(())
+}
+
 /// An audit row read with [`COLUMNS`].
 pub(crate) fn from_row<D: Dialect>(r: &<D::DB as Database>::Row) -> Result<AuditEntry, StoreError> {
     let ids = D::DB::get_string(r, "dead_letter_ids").map_err(db)?;

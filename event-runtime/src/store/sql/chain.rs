@@ -207,7 +207,7 @@ pub(crate) async fn link<D: Dialect>(
             )
         })
         .collect();
-    let closed = close_gaps::<D>(conn, &arrived, now).await?;
+    let closed = close_gaps::<D>(conn, &arrived, "arrived", now).await?;
     let (released, streams) = release::<D>(conn, &aggregates).await?;
     let released_set: HashSet<Uuid> = released.iter().copied().collect();
     let held = links
@@ -251,24 +251,26 @@ pub(crate) async fn lock_aggregates<D: Dialect>(
     Ok(())
 }
 
-/// Closes the open gaps whose missing event is one of `arrived`: recorded as `arrived`.
-async fn close_gaps<D: Dialect>(
+/// Closes, as `resolution` (`arrived`, `accepted`), the open gaps whose missing place is one
+/// of `places` (aggregate type, aggregate id, sequence).
+pub(crate) async fn close_gaps<D: Dialect>(
     conn: &mut Conn<D>,
-    arrived: &[(&str, &str, u64)],
+    places: &[(&str, &str, u64)],
+    resolution: &str,
     now: i64,
 ) -> Result<u64, StoreError> {
     let mut closed = 0;
-    for chunk in arrived.chunks(CHUNK) {
-        let mut args = vec![Arg::I64(now)];
+    for chunk in places.chunks(CHUNK) {
+        let mut args = vec![Arg::I64(now), Arg::Str(resolution)];
         for (t, i, s) in chunk {
             args.extend([Arg::Str(t), Arg::Str(i), Arg::I64(i64_of(*s))]);
         }
         let sql = format!(
-            "UPDATE event_inbox_gaps SET closed_at = $1, resolution = 'arrived' \
+            "UPDATE event_inbox_gaps SET closed_at = $1, resolution = $2 \
              FROM (VALUES {}) AS k \
              WHERE event_inbox_gaps.closed_at IS NULL AND event_inbox_gaps.aggregate_type = k.column1 \
                AND event_inbox_gaps.aggregate_id = k.column2 AND event_inbox_gaps.missing_sequence = k.column3",
-            placeholders(chunk.len(), 3, 2)
+            placeholders(chunk.len(), 3, 3)
         );
         closed += execute::<D>(conn, &sql, &args).await?;
     }

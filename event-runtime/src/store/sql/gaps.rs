@@ -9,7 +9,7 @@ use sqlx::Pool;
 use uuid::Uuid;
 
 use super::append::StreamKey;
-use super::chain::{i64_of, lock_aggregates, release, AggKey};
+use super::chain::{close_gaps, i64_of, lock_aggregates, release, AggKey};
 use super::exec::{Arg, SqlExec};
 use super::{db, execute, rows, Conn, Dialect};
 use crate::store::backend::Gap;
@@ -240,16 +240,11 @@ pub(crate) async fn skip_dead_places<D: Dialect>(
         aggregates.insert(key);
     }
     // Their open gaps are accepted by the purge.
-    for ((t, i), s) in &skipped {
-        execute::<D>(
-            conn,
-            "UPDATE event_inbox_gaps SET closed_at = $1, resolution = 'accepted' \
-             WHERE closed_at IS NULL AND aggregate_type = $2 AND aggregate_id = $3 \
-               AND missing_sequence = $4",
-            &[Arg::I64(now), Arg::Str(t), Arg::Str(i), Arg::I64(*s)],
-        )
-        .await?;
-    }
+    let places: Vec<(&str, &str, u64)> = skipped
+        .iter()
+        .map(|((t, i), s)| (t.as_str(), i.as_str(), (*s).max(0) as u64))
+        .collect();
+    close_gaps::<D>(conn, &places, "accepted", now).await?;
     let aggregates: Vec<AggKey> = aggregates.into_iter().collect();
     Ok(release::<D>(conn, &aggregates).await?.1)
 }

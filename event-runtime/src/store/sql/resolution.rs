@@ -95,7 +95,6 @@ pub(crate) async fn page<D: Dialect>(
             AND ($6 IS NULL OR id = $6)
           ORDER BY id LIMIT $7)
         RETURNING handler, event_id";
-    const COUNT: &str = "UPDATE event_audit_log SET count = count + $1 WHERE id = $2";
     let (label, set) = match action {
         // A replayed delivery is the head of its run again (it was when it died).
         Resolution::Replay => (
@@ -168,12 +167,7 @@ pub(crate) async fn page<D: Dialect>(
     let resolved = marked.len() as u64;
     // A purge lets the next delivery of each run flow.
     let again = unblock::<D>(&mut tx, streams).await?;
-    execute::<D>(
-        &mut tx,
-        COUNT,
-        &[Arg::I64(resolved as i64), Arg::I64(audit_id)],
-    )
-    .await?;
+    super::audit::add_to_count::<D>(&mut tx, audit_id, resolved).await?;
     tx.commit().await.map_err(db)?;
     if D::PROMOTE_AFTER_COMMIT && !again.is_empty() {
         promote_after_commit::<D>(pool, &again).await?;

@@ -106,7 +106,6 @@ pub(crate) async fn page<D: Dialect>(
     const SELECT: &str = "SELECT event_id, status, aggregate_type, aggregate_id
         FROM event_deliveries WHERE handler = $1 AND status IN ('pending', 'dead')
         ORDER BY aggregate_type, aggregate_id, sequence, event_id LIMIT $2";
-    const COUNT: &str = "UPDATE event_audit_log SET count = count + $1 WHERE id = $2";
     let mut tx = D::begin(pool).await.map_err(db)?;
     // A process that has the destination after all stops the operation where it is.
     refuse_leased::<D>(&mut tx, &op.from, now).await?;
@@ -135,12 +134,7 @@ pub(crate) async fn page<D: Dialect>(
         deliveries::<D>(&mut tx, audit_id, op, &selected, now).await?
     };
     let touched = done.deliveries + done.dead_letters + done.duplicates;
-    execute::<D>(
-        &mut tx,
-        COUNT,
-        &[Arg::I64(touched as i64), Arg::I64(audit_id)],
-    )
-    .await?;
+    super::audit::add_to_count::<D>(&mut tx, audit_id, touched).await?;
     tx.commit().await.map_err(db)?;
     if D::PROMOTE_AFTER_COMMIT && !again.is_empty() {
         promote_after_commit::<D>(pool, &again).await?;

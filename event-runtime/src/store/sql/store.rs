@@ -334,7 +334,7 @@ impl<D: Dialect> Backend for SqlStore<D> {
         let mut tx = D::begin(&self.pool).await.map_err(db)?;
         let (accepted, streams) = gaps::accept_gaps::<D>(&mut tx, ids, audit_id, now).await?;
         let heads = super::append::promote::<D>(&mut tx, &streams).await?;
-        execute_count::<D>(&mut tx, audit_id, accepted.len()).await?;
+        audit::add_to_count::<D>(&mut tx, audit_id, accepted.len() as u64).await?;
         tx.commit().await.map_err(db)?;
         let waiting: Vec<_> = streams
             .into_iter()
@@ -397,22 +397,4 @@ impl<D: Dialect> Backend for SqlStore<D> {
             db.is_some_and(|db| D::is_conflict(db.as_ref()))
         })
     }
-}
-
-/// Adds `n` to the count of audit row `audit_id`.
-async fn execute_count<D: Dialect>(
-    conn: &mut Conn<D>,
-    audit_id: i64,
-    n: usize,
-) -> Result<(), StoreError> {
-    super::execute::<D>(
-        conn,
-        "UPDATE event_audit_log SET count = count + $1 WHERE id = $2",
-        &[
-            super::exec::Arg::I64(n as i64),
-            super::exec::Arg::I64(audit_id),
-        ],
-    )
-    .await?;
-    Ok(())
 }
