@@ -17,7 +17,7 @@ use event_runtime::inbox::{Incoming, Origin, Verdict};
 use event_runtime::testing::{FaultAction, FaultPoint};
 use event_runtime::{
     DeadLetterReason, Delivery, DeliveryError, Destination, Dispatcher, Outbox, OutboxConfig,
-    Resolution, Routing, SqlValue, Store, Tx,
+    RepublishSelection, Resolution, Routing, SqlValue, Store, StoreError, Tx,
 };
 use serde::{Deserialize, Serialize};
 
@@ -482,6 +482,119 @@ async fn the_relay_names_the_previous_event_it_published_from_the_store() {
             .unwrap();
         tx.rollback().await.unwrap();
         assert_eq!(n, Some(0), "{label}");
+        store.close().await;
+    }
+}
+
+#[tokio::test]
+async fn a_republish_sends_the_same_events_again_each_naming_what_was_published_before_it() {
+    for db in common::databases("inbox_order_republish").await {
+        let label = db.label();
+        let store = db.open().await;
+        let relay = Arc::new(Wire::default());
+        *relay.failed_once.lock().unwrap() = true;
+        let outbox = Outbox::builder(store.clone())
+            .dispatcher(Dispatcher::builder_empty().event::<LineAdded>())
+            .destination(relay.clone())
+            .build()
+            .unwrap();
+        let commit = |order: &'static str, seqs: std::ops::RangeInclusive<u64>| {
+            let outbox = outbox.clone();
+            async move {
+                let mut uow = outbox.begin().await.unwrap();
+                for s in seqs {
+                    uow.add(
+                        Envelope::new(LineAdded {
+                            order: order.into(),
+                        })
+                        .with_sequence(s),
+                    );
+                }
+                uow.commit().await.unwrap();
+                outbox.drain(Duration::from_secs(5)).await.unwrap();
+            }
+        };
+        // What the relay published since the last look.
+        let sent =
+            || -> Vec<(u64, Option<String>)> { std::mem::take(&mut *relay.sent.lock().unwrap()) };
+        let p = |s: &str| Some(s.to_owned());
+        commit("A", 1..=4).await;
+        commit("B", 1..=2).await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let later = chrono::Utc::now().timestamp_millis();
+        commit("B", 3..=4).await;
+        sent();
+        let aggregate_type: String = store
+            .query("SELECT aggregate_type FROM event_outbox LIMIT 1")
+            .fetch_one()
+            .await
+            .unwrap()
+            .get_at(0)
+            .unwrap();
+        let ids_before: Vec<String> = store
+            .query("SELECT event_id FROM event_outbox ORDER BY aggregate_id, sequence")
+            .fetch_all()
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get_at::<String>(0).unwrap())
+            .collect();
+
+        // A whole aggregate, after the relay published all of it: in order, from 0.
+        let selection = RepublishSelection::new("wire:orders").aggregate(&aggregate_type, "A");
+        let done = store
+            .republish(&selection, "test", "broker wiped")
+            .await
+            .unwrap();
+        assert_eq!(
+            (done.republished, done.audit.count, done.pending, done.dead),
+            (4, 4, 0, 0),
+            "{label}"
+        );
+        assert_eq!(done.audit.action, "relay-republish", "{label}");
+        assert!(done.audit.finished_at.is_some(), "{label}");
+        outbox.drain(Duration::from_secs(5)).await.unwrap();
+        assert_eq!(
+            sent(),
+            [(1, p("0")), (2, p("1")), (3, p("2")), (4, p("3"))],
+            "{label}"
+        );
+        // The chain goes on after them.
+        commit("A", 5..=5).await;
+        assert_eq!(sent(), [(5, p("4"))], "{label}");
+
+        // The middle of an aggregate (recorded since a time): each names what the relay
+        // published before it, not 0.
+        let selection = RepublishSelection::new("wire:orders").since_ms(later);
+        let done = store
+            .republish(&selection, "test", "lost a part")
+            .await
+            .unwrap();
+        assert_eq!(done.republished, 3, "{label}: B3, B4 and A5");
+        outbox.drain(Duration::from_secs(5)).await.unwrap();
+        let mut again = sent();
+        again.sort();
+        assert_eq!(again, [(3, p("2")), (4, p("3")), (5, p("4"))], "{label}");
+        // The same event ids: nothing new in the outbox.
+        let ids_after: Vec<String> = store
+            .query("SELECT event_id FROM event_outbox WHERE sequence < 5 ORDER BY aggregate_id, sequence")
+            .fetch_all()
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get_at::<String>(0).unwrap())
+            .collect();
+        assert_eq!(ids_after, ids_before, "{label}");
+
+        // A selection naming nothing is refused; one that matches nothing does nothing.
+        let e = store
+            .republish(&RepublishSelection::new("wire:orders"), "test", "all?")
+            .await
+            .unwrap_err();
+        assert!(matches!(e, StoreError::InvalidSelection(_)), "{label}: {e}");
+        let none = RepublishSelection::new("wire:orders").aggregate(&aggregate_type, "Z");
+        let done = store.republish(&none, "test", "nothing").await.unwrap();
+        assert_eq!(done.republished, 0, "{label}");
         store.close().await;
     }
 }

@@ -59,9 +59,12 @@ pub(super) enum Command {
     /// Check that every pending delivery and dead letter can be decoded by this application
     /// (embedded only; needs --database)
     Check,
-    /// Received events: the gaps in their aggregates' chains, and accepting them
+    /// Received events: the gaps in their aggregates' chains, re-fetching and accepting them
     #[command(subcommand)]
     Inbox(super::gaps::InboxCommand),
+    /// Relays: publish again what a broker lost
+    #[command(subcommand)]
+    Relay(super::relay::RelayCommand),
     /// NATS JetStream: create or check the stream the relay publishes to (feature `nats`)
     #[cfg(feature = "nats")]
     #[command(subcommand)]

@@ -1,6 +1,7 @@
-//! `inbox gaps` and `inbox gaps accept`: the gaps in received aggregates' chains (a received
-//! event that waits for a predecessor that did not arrive), and the operator's audited
-//! accept that releases what waits behind them.
+//! `inbox gaps`, `inbox gaps refetch` and `inbox gaps accept`: the gaps in received
+//! aggregates' chains (a received event that waits for a predecessor that did not arrive),
+//! the re-fetch of the missing events from the stream (feature `nats`), and the operator's
+//! audited accept that releases what waits behind them.
 
 use clap::Subcommand;
 
@@ -9,7 +10,7 @@ use crate::store::{from_ms, Store};
 
 use super::format::{print_json, time, Table};
 use super::resolve::actor;
-use super::{CliError, Io};
+use super::{App, CliError, Io};
 
 /// `events inbox …`
 #[derive(Debug, Subcommand)]
@@ -30,6 +31,43 @@ pub(super) enum InboxCommand {
 
 #[derive(Debug, Subcommand)]
 pub(super) enum GapsCommand {
+    /// Re-fetch the missing events from the stream the inbox consumes, from its consumer's
+    /// first unacknowledged message up to each waiting event, and commit them through the
+    /// application's inbox core; reports per gap whether it was found (if not, the command
+    /// that re-publishes it from the producer). Audited; resumable (run it again). Needs the
+    /// application's own tool (embedded with its outbox) and feature `nats`
+    #[cfg(feature = "nats")]
+    Refetch {
+        /// Gap ids (see `events inbox gaps`)
+        #[arg(value_name = "ID", required_unless_present = "all_open")]
+        ids: Vec<i64>,
+        /// Every open gap
+        #[arg(long, conflicts_with = "ids")]
+        all_open: bool,
+        /// The inbox's durable consumer (its dead letters' handler is `nats-inbox:NAME`)
+        #[arg(long, value_name = "DURABLE")]
+        consumer: String,
+        /// The stream it consumes
+        #[arg(long, value_name = "S", default_value = "EVENTS")]
+        stream: String,
+        /// NATS server URL [env: EVENTS_NATS_URL]
+        #[arg(long, value_name = "URL")]
+        nats: Option<String>,
+        /// Start at this stream sequence instead of the consumer's first unacknowledged
+        /// message
+        #[arg(long, value_name = "SEQ")]
+        from: Option<u64>,
+        /// Read at most this many messages
+        #[arg(long, value_name = "N", default_value_t = 100_000,
+              value_parser = clap::value_parser!(u64).range(1..))]
+        max_messages: u64,
+        /// Why: written to the audit log
+        #[arg(long, value_name = "TEXT")]
+        reason: String,
+        /// Who: written to the audit log [default: your login name]
+        #[arg(long, value_name = "WHO")]
+        actor: Option<String>,
+    },
     /// Accept gaps: the missing events are given up and the events held behind them are
     /// handled, in chain order; a missing event that arrives later is dead-lettered as
     /// `late`. Audited; resumable (run it again to accept what an interruption left)
@@ -51,12 +89,41 @@ pub(super) enum GapsCommand {
 
 pub(super) async fn run(
     store: &Store,
+    app: &App<'_>,
     command: InboxCommand,
     io: &mut Io<'_>,
 ) -> Result<(), CliError> {
     let InboxCommand::Gaps { command, all, json } = command;
     match command {
         None => list(store, all, json, io).await,
+        #[cfg(feature = "nats")]
+        Some(GapsCommand::Refetch {
+            ids,
+            all_open,
+            consumer,
+            stream,
+            nats,
+            from,
+            max_messages,
+            reason,
+            actor: who,
+        }) => {
+            let mut refetch =
+                crate::transport::nats::Refetch::new(stream, consumer).max_messages(max_messages);
+            if !all_open {
+                refetch = refetch.gaps(ids);
+            }
+            if let Some(from) = from {
+                refetch = refetch.from(from);
+            }
+            let args = super::refetch::Args {
+                refetch,
+                nats,
+                reason,
+                actor: who,
+            };
+            super::refetch::run(store, app, args, io).await
+        }
         Some(GapsCommand::Accept {
             ids,
             all_open,

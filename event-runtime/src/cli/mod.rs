@@ -27,6 +27,13 @@
 //!                         [--max-msg-size BYTES]   (feature `nats`; NATS only, no database)
 //!   nats inbox show DURABLE [--stream S] [--nats URL]         (feature `nats`)
 //!   nats inbox adopt DURABLE --reason TEXT [--actor WHO] [--stream S] [--nats URL]
+//!   inbox gaps [--all] [--json]
+//!   inbox gaps accept  (ID... | --all-open) --reason TEXT [--actor WHO]
+//!   inbox gaps refetch (ID... | --all-open) --consumer DURABLE [--stream S] [--nats URL]
+//!                      [--from SEQ] [--max-messages N] --reason TEXT [--actor WHO]
+//!                                                  (feature `nats`; embedded with its outbox)
+//!   relay republish --destination D (--aggregate TYPE ID ... | --since T) --reason TEXT
+//!                   [--actor WHO]
 //! ```
 //!
 //! - `--database URL` (or `EVENTS_DATABASE_URL`) names the store: `sqlite://PATH` or
@@ -209,6 +216,9 @@ mod gaps;
 mod handler;
 #[cfg(feature = "nats")]
 mod nats;
+#[cfg(feature = "nats")]
+mod refetch;
+mod relay;
 mod resolve;
 mod retire;
 mod stats;
@@ -707,7 +717,8 @@ async fn execute_io(cli: Cli, app: App<'_>, io: &mut Io<'_>) -> Result<(), CliEr
             let registry = app.registry.ok_or_else(|| no_registry(&app, "catalog"))?;
             catalog::print_catalog(registry, json, io)
         }
-        Command::Inbox(command) => gaps::run(&target.connect().await?, command, io).await,
+        Command::Inbox(command) => gaps::run(&target.connect().await?, &app, command, io).await,
+        Command::Relay(command) => relay::run(&target.connect().await?, command, io).await,
         Command::Check => {
             let registry = app.registry.ok_or_else(|| no_registry(&app, "check"))?;
             catalog::check(&target.connect().await?, registry, io).await

@@ -52,7 +52,7 @@ pub(super) struct InboxArgs {
     nats: Option<String>,
 }
 
-fn nats_url(given: Option<String>) -> String {
+pub(super) fn nats_url(given: Option<String>) -> String {
     given
         .or_else(|| std::env::var("EVENTS_NATS_URL").ok())
         .unwrap_or_else(|| "nats://127.0.0.1:4222".into())

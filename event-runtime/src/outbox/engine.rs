@@ -128,14 +128,67 @@ impl Outbox {
                 None => 0,
                 Some(&(last, _)) if last < first.sequence => last,
                 Some(&(last, named)) if last == first.sequence => named,
-                // The relay published a later event already (a replayed dead letter after a
-                // purge let its successors pass): no predecessor to name.
-                Some(_) => 0,
+                // The relay published a later event already (a re-publish, a replayed dead
+                // letter after a purge let its successors pass): each names the event of
+                // its aggregate published before it.
+                Some(_) => {
+                    self.chain_published_again(run).await;
+                    continue;
+                }
             };
             for d in &mut run.deliveries {
                 d.relay_previous = Some(previous);
                 previous = d.sequence;
             }
+        }
+    }
+
+    /// Chains a run of deliveries published again after later events of their aggregate
+    /// (`Store::republish`, a dead letter replayed after a purge): each names the highest of
+    /// the delivery before it in the run and the events the relay published (its completed
+    /// deliveries) below it, so a consumer holds it only for what was published before it.
+    async fn chain_published_again(&self, run: &mut Run) {
+        let (Some(first), Some(top)) = (run.deliveries.first(), run.deliveries.last()) else {
+            return;
+        };
+        let span = top
+            .sequence
+            .saturating_sub(first.sequence)
+            .saturating_add(1);
+        let limit = usize::try_from(span.min(10_000)).unwrap_or(10_000);
+        let aggregate = (first.aggregate_type.clone(), first.aggregate_id.clone());
+        let published = match self
+            .inner
+            .store
+            .backend()
+            .published_sequences(
+                &run.dest.name,
+                (&aggregate.0, &aggregate.1),
+                top.sequence,
+                limit,
+            )
+            .await
+        {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(error = %ErrorChain(&e), "reading what the relay published failed; publishing these deliveries without prevsequence");
+                return;
+            }
+        };
+        // Highest first: walk it down as the run goes up.
+        let mut below = published.into_iter().rev().peekable();
+        let mut previous = 0;
+        let mut last_published = 0;
+        for d in &mut run.deliveries {
+            while let Some(&p) = below.peek() {
+                if p >= d.sequence {
+                    break;
+                }
+                last_published = p;
+                below.next();
+            }
+            d.relay_previous = Some(previous.max(last_published));
+            previous = d.sequence;
         }
     }
 

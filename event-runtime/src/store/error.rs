@@ -112,6 +112,11 @@ pub enum StoreError {
         /// The destination.
         destination: String,
     },
+    /// An operation over a selection that selects nothing it may: a re-publish
+    /// ([`Store::republish`](super::Store::republish)) naming neither aggregates nor a time.
+    /// Nothing was changed.
+    #[error("invalid selection: {0}; nothing was changed")]
+    InvalidSelection(String),
     /// A savepoint name other than lower-case ASCII letters, digits and `_` (savepoint names
     /// are written into the statement, so they are checked instead of quoted). Nothing ran.
     #[error("invalid savepoint name {name:?}: a-z, 0-9 and _ only")]

@@ -25,6 +25,7 @@ mod operator;
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres;
 mod query;
+mod republish;
 mod resolve;
 mod retarget;
 pub(crate) mod sql;
@@ -43,12 +44,13 @@ use chrono::{DateTime, Utc};
 use futures_util::future::BoxFuture;
 
 pub(crate) use backend::InboxDeadLetter;
-pub use backend::{Backend, BackendTransaction};
+pub use backend::{Backend, BackendTransaction, RepublishSelection};
 pub(crate) use conflicts::Place;
 pub use error::{DatabaseError, StoreError};
 pub use gaps::GapAcceptance;
 pub use inbox::InboxIdentity;
 pub use query::{Query, Row};
+pub use republish::RepublishReport;
 pub use resolve::RESOLVE_PAGE;
 pub use tx::{SqlValue, Tx};
 pub use types::{

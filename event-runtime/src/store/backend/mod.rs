@@ -48,7 +48,8 @@ mod rows;
 pub use rows::{
     ChainLink, ClaimRequest, ClaimedDelivery, DestinationOperation, DestinationPage, Gap,
     InboxDeadLetter, LinkKind, Linked, NewEvent, Pause, PlaceQuery, PurgeStep, RelayChainKey,
-    ResolutionSelection, Route, SettleOutcome, SettleResult, Settlement, TakenDeadLetter,
+    RepublishPage, RepublishSelection, RepublishStart, ResolutionSelection, Route, SettleOutcome,
+    SettleResult, Settlement, TakenDeadLetter,
 };
 
 /// A database the outbox can live in.
@@ -448,6 +449,49 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
         selection: Option<&str>,
         now: i64,
     ) -> Result<AuditEntry, StoreError>;
+
+    /// Adds `n` to the count of the audit row `audit_id` (an operation in steps, one done).
+    async fn add_to_audit_count(&self, audit_id: i64, n: u64) -> Result<(), StoreError>;
+
+    /// Starts re-publishing `selection` (refused with [`StoreError::InvalidSelection`] when
+    /// it names neither aggregates nor a time): continues the unfinished re-publish of the
+    /// same selection if there is one (its audit row), else writes an audit row (action
+    /// `relay-republish`, `selection` as JSON), unfinished. Counts the selected events whose
+    /// delivery to the destination is pending or dead.
+    async fn start_republish(
+        &self,
+        selection: &RepublishSelection,
+        actor: &str,
+        reason: &str,
+        now: i64,
+    ) -> Result<RepublishStart, StoreError>;
+
+    /// One page of a re-publish, in one transaction that also adds to the audit row's count:
+    /// at most `page` of the selected events, in event id order after `after`, whose delivery
+    /// to the destination completed at or before `started` (ms: the audit row's time, so that
+    /// what this re-publish made pending and the relay published again is not selected
+    /// twice), made pending again — attempts reset, due at `now`, joined to their runs in
+    /// sequence order (each run's ready head recomputed).
+    async fn republish_page(
+        &self,
+        audit_id: i64,
+        selection: &RepublishSelection,
+        started: i64,
+        after: &str,
+        page: u32,
+        now: i64,
+    ) -> Result<RepublishPage, StoreError>;
+
+    /// The sequences of `aggregate`'s events whose delivery to the relay `destination`
+    /// completed (it published them), below `below`, highest first, at most `limit`: what a
+    /// delivery published again after later events names as its predecessor.
+    async fn published_sequences(
+        &self,
+        destination: &str,
+        aggregate: (&str, &str),
+        below: u64,
+        limit: usize,
+    ) -> Result<Vec<u64>, StoreError>;
 
     /// Whether `error` (anywhere in its chain) is a deadlock or serialization failure of
     /// this database, which asks for the whole transaction to be retried.

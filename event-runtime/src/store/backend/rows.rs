@@ -6,7 +6,7 @@
 use uuid::Uuid;
 
 use crate::inbox::Origin;
-use crate::store::types::DeadLetterReason;
+use crate::store::types::{AuditEntry, DeadLetterReason};
 use crate::store::StoreError;
 
 /// One event to append to the outbox, with the destinations that receive it.
@@ -307,6 +307,77 @@ pub struct DestinationPage {
     /// Re-target: deliveries (pending or dead, with their dead letters) of events the new
     /// destination already had a delivery of, purged instead of moved.
     pub duplicates: u64,
+}
+
+/// A re-publish of events a relay published already ([`Backend::start_republish`](super::Backend::start_republish)):
+/// stored as JSON in its audit row, so that an interrupted one is continued by the same
+/// request.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
+pub struct RepublishSelection {
+    /// The relay destination (`nats:EVENTS`).
+    pub destination: String,
+    /// Only these aggregates, as (aggregate type, aggregate id); every aggregate when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub aggregates: Vec<(String, String)>,
+    /// Only events recorded in this outbox at or after this time (ms since the Unix epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since_ms: Option<i64>,
+}
+
+impl RepublishSelection {
+    /// Events of `destination`: narrow it with [`aggregate`](Self::aggregate) or
+    /// [`since_ms`](Self::since_ms) (the store refuses a selection with neither).
+    pub fn new(destination: impl Into<String>) -> Self {
+        RepublishSelection {
+            destination: destination.into(),
+            aggregates: Vec::new(),
+            since_ms: None,
+        }
+    }
+
+    /// Adds the aggregate (`aggregate_type`, `aggregate_id`) to the selection.
+    #[must_use]
+    pub fn aggregate(
+        mut self,
+        aggregate_type: impl Into<String>,
+        aggregate_id: impl Into<String>,
+    ) -> Self {
+        self.aggregates
+            .push((aggregate_type.into(), aggregate_id.into()));
+        self
+    }
+
+    /// Only events recorded at or after `ms` (ms since the Unix epoch).
+    #[must_use]
+    pub fn since_ms(mut self, ms: i64) -> Self {
+        self.since_ms = Some(ms);
+        self
+    }
+}
+
+/// How a re-publish starts ([`Backend::start_republish`](super::Backend::start_republish)).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct RepublishStart {
+    /// Its audit row (action `relay-republish`), unfinished; the one of an unfinished
+    /// re-publish of the same selection, continued.
+    pub audit: AuditEntry,
+    /// Selected events whose delivery to the destination is pending: published anyway.
+    pub pending: u64,
+    /// Selected events whose delivery is dead-lettered: replay their dead letters instead.
+    pub dead: u64,
+}
+
+/// What one page of a re-publish did ([`Backend::republish_page`](super::Backend::republish_page)).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RepublishPage {
+    /// Deliveries made pending again.
+    pub republished: u64,
+    /// The last event id the page looked at (the next page starts after it); `None` when
+    /// nothing was left.
+    pub last: Option<String>,
 }
 
 /// A relay chain key: (relay destination, aggregate type, aggregate id).

@@ -19,6 +19,7 @@ pub(crate) mod inbox;
 pub(crate) mod maintenance;
 pub(crate) mod operator;
 mod portable;
+pub(crate) mod republish;
 pub(crate) mod resolution;
 pub(crate) mod retarget;
 mod store;

@@ -290,7 +290,7 @@ async fn deliveries<D: Dialect>(
 /// that the promotion that follows leaves exactly one ready head per run: a delivery moved in
 /// before a run's old head takes its place. (A delivery a live worker holds is left alone: it
 /// is being delivered.)
-async fn reset_ready<D: Dialect>(
+pub(crate) async fn reset_ready<D: Dialect>(
     conn: &mut Conn<D>,
     runs: &[StreamKey],
     now: i64,

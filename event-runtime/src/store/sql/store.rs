@@ -9,12 +9,13 @@ use uuid::Uuid;
 use super::portable::{portable_execute, portable_fetch};
 use super::{
     audit, begin_relaxed, chain, db, dead_letters, delivery, gaps, inbox, maintenance, operator,
-    promote_after_commit, resolution, retarget, Conn, Dialect, SqlStore, SqlTx,
+    promote_after_commit, republish, resolution, retarget, Conn, Dialect, SqlStore, SqlTx,
 };
 use crate::inbox::Origin;
 use crate::store::backend::{
     Backend, ClaimRequest, ClaimedDelivery, DestinationOperation, DestinationPage, Gap, Pause,
-    PurgeStep, RelayChainKey, ResolutionSelection, SettleResult, Settlement,
+    PurgeStep, RelayChainKey, RepublishPage, RepublishSelection, RepublishStart,
+    ResolutionSelection, SettleResult, Settlement,
 };
 use crate::store::query::Row;
 use crate::store::types::{
@@ -375,6 +376,42 @@ impl<D: Dialect> Backend for SqlStore<D> {
             },
         )
         .await
+    }
+
+    async fn add_to_audit_count(&self, audit_id: i64, n: u64) -> Result<(), StoreError> {
+        republish::add_to_audit_count::<D>(&self.pool, audit_id, n).await
+    }
+
+    async fn start_republish(
+        &self,
+        selection: &RepublishSelection,
+        actor: &str,
+        reason: &str,
+        now: i64,
+    ) -> Result<RepublishStart, StoreError> {
+        republish::start::<D>(&self.pool, selection, actor, reason, now).await
+    }
+
+    async fn republish_page(
+        &self,
+        audit_id: i64,
+        selection: &RepublishSelection,
+        started: i64,
+        after: &str,
+        page: u32,
+        now: i64,
+    ) -> Result<RepublishPage, StoreError> {
+        republish::page::<D>(&self.pool, audit_id, selection, started, after, page, now).await
+    }
+
+    async fn published_sequences(
+        &self,
+        destination: &str,
+        aggregate: (&str, &str),
+        below: u64,
+        limit: usize,
+    ) -> Result<Vec<u64>, StoreError> {
+        republish::published_sequences::<D>(&self.pool, destination, aggregate, below, limit).await
     }
 
     async fn pending_envelopes(&self) -> Result<Vec<(String, String, String)>, StoreError> {

@@ -134,7 +134,10 @@ mod stream;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-pub use inbox::{InboxConfig, InboxReport, NatsInbox, ReceivedBatch, IDENTITY_CHECK_INTERVAL};
+pub use inbox::{
+    InboxConfig, InboxReport, NatsInbox, ReceivedBatch, Refetch, RefetchOutcome, RefetchReport,
+    RefetchedGap, IDENTITY_CHECK_INTERVAL,
+};
 pub use relay::{NatsRelay, RelayConfig};
 pub use stream::{StreamShape, StreamSpec};
 
@@ -169,10 +172,11 @@ pub enum NatsError {
     /// The stream or the durable consumer an inbox consumes is not the one it recorded in its
     /// store on its first start: deleted, or deleted and created anew (a wiped or replaced
     /// broker). Messages published before may never arrive, so the inbox stops rather than
-    /// report a partial result as complete. After checking what was lost (no tool re-publishes
-    /// it from the producer yet: that is planned), record the new identity with
-    /// `events nats inbox adopt` ([`Store::adopt_inbox_identity`](crate::Store::adopt_inbox_identity)).
-    #[error("inbox `{inbox}`: the broker no longer has what it consumed (recorded: {recorded}; found: {found}); events published before may never arrive: check, then record the new identity with `events nats inbox adopt`")]
+    /// report a partial result as complete. Record the new identity with
+    /// `events nats inbox adopt` ([`Store::adopt_inbox_identity`](crate::Store::adopt_inbox_identity));
+    /// then the events the broker lost show as gaps, which the producer closes by publishing
+    /// them again (`events relay republish`, [`Store::republish`](crate::Store::republish)).
+    #[error("inbox `{inbox}`: the broker no longer has what it consumed (recorded: {recorded}; found: {found}); events published before may never arrive: record the new identity with `events nats inbox adopt`, then have the producer publish again what was lost (`events relay republish`)")]
     IdentityChanged {
         /// The inbox (`nats-inbox:<durable>`).
         inbox: String,

@@ -6,6 +6,7 @@
 
 mod config;
 mod identity;
+mod refetch;
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -18,6 +19,7 @@ pub use crate::inbox::InboxReport;
 pub use config::{InboxConfig, ReceivedBatch};
 pub(crate) use identity::observe;
 use identity::{created, describe_observed, same_time};
+pub use refetch::{Refetch, RefetchOutcome, RefetchReport, RefetchedGap};
 
 use super::NatsError;
 use crate::inbox::{Incoming, Origin, Verdict};
@@ -454,6 +456,27 @@ impl NatsInbox {
                 } => NatsError::Replay(dead_letter, source),
                 e => NatsError::Outbox(e),
             })
+    }
+
+    /// Re-fetches the open gaps `ids` (every open gap with `None`) from this inbox's stream:
+    /// [`Refetch::run`] with this inbox's stream and durable consumer.
+    ///
+    /// # Errors
+    /// As [`Refetch::run`].
+    ///
+    /// # Cancel safety
+    /// As [`Refetch::run`].
+    pub async fn refetch_gaps(
+        &self,
+        ids: Option<&[i64]>,
+        actor: &str,
+        reason: &str,
+    ) -> Result<RefetchReport, NatsError> {
+        let mut refetch = Refetch::new(&self.config.stream, &self.config.durable);
+        if let Some(ids) = ids {
+            refetch = refetch.gaps(ids.to_vec());
+        }
+        refetch.run(&self.js, &self.outbox, actor, reason).await
     }
 
     /// Fetches, commits and acks one batch.
