@@ -295,7 +295,8 @@ fn billing_events_replays_an_inbox_dead_letter_without_a_broker() {
 /// A broker that lost data: billing receives `order.shipped` (sequence 5, naming 4 as its
 /// predecessor) with none of the order's earlier events. It never ends in success: the event
 /// is held, the run exits 1 saying so; once the wait exceeds `gap_after` the gap is listed
-/// (`billing events inbox gaps`), and an operator's accept lets the next run invoice it.
+/// (`billing events inbox gaps`), a re-fetch from the stream cannot close it and names the
+/// producer's re-publish command, and an operator's accept lets the next run invoice it.
 #[test]
 fn an_event_whose_predecessors_never_came_ends_billing_with_an_error_then_a_gap() {
     let test = "billing_gap";
@@ -369,6 +370,32 @@ fn an_event_whose_predecessors_never_came_ends_billing_with_an_error_then_a_gap(
         t.contains("order@urn:example:orders CA-2017-9") && t.contains("gap"),
         "{t}"
     );
+    let (ok, t) = events(&["dlq", "list"]);
+    assert!(ok && t.contains("1 open gap"), "{t}");
+    // Billing's own tool re-fetches through its inbox core: the stream holds nothing before
+    // event 5 that the consumer has not acknowledged, so the report names the producer's
+    // command, and the gap stays open.
+    let (ok, t) = events(&[
+        "inbox",
+        "gaps",
+        "refetch",
+        "--all-open",
+        "--consumer",
+        "billing",
+        "--stream",
+        &stream,
+        "--nats",
+        &url,
+        "--reason",
+        "the broker lost 1-4",
+        "--actor",
+        "ops",
+    ]);
+    assert!(!ok, "{t}");
+    let republish = format!(
+        "not in the stream: the broker no longer has it; on the producer run: events relay republish --destination nats:{stream} --aggregate order CA-2017-9"
+    );
+    assert!(t.contains(&republish), "{t}");
     let (ok, t) = events(&["dlq", "list"]);
     assert!(ok && t.contains("1 open gap"), "{t}");
     let (ok, t) = events(&[

@@ -50,8 +50,13 @@ impl Outbox {
                 waiting_sequence = g.waiting_sequence,
                 waiting_event_id = %g.waiting_event_id,
                 waiting_for_s = (now - g.waiting_since) / 1000,
-                "gap: a received event waits for a predecessor that did not arrive{}; the events after it are held (replay its dead letter, or `events inbox gaps accept`)",
-                if g.dead_letter_id.is_some() { " (it is dead-lettered here)" } else { "" }
+                "gap: a received event waits for a predecessor that did not arrive{}; the events after it are held ({})",
+                if g.dead_letter_id.is_some() { " (it is dead-lettered here)" } else { "" },
+                if g.dead_letter_id.is_some() {
+                    "replay its dead letter, or purge it to accept the gap"
+                } else {
+                    "re-fetch it with `events inbox gaps refetch`; if the broker lost it, re-publish it from the producer with `events relay republish`; or `events inbox gaps accept`"
+                }
             );
             metrics::counter!("events_inbox_gaps_opened_total").increment(1);
         }

@@ -66,6 +66,13 @@
 //!   ([`Outbox::accept_gaps`](crate::Outbox::accept_gaps), `events inbox gaps accept`). A gap
 //!   closes itself when its event arrives; an event that arrives after its gap was accepted,
 //!   for that place or an earlier one not received yet, is dead-lettered as `late`.
+//! - Closing a gap, in order: re-fetch the missing event from the broker where it may still
+//!   be (NATS: [`Refetch`](crate::transport) / `events inbox gaps refetch`, which reads the
+//!   stream from the consumer's first unacknowledged message up to the waiting event and
+//!   commits what it finds through this core); have the producer publish it again when the
+//!   broker lost it ([`Store::republish`](crate::Store::republish) / `events relay
+//!   republish` on the producer's database: the same event ids, absorbed here when they are
+//!   not missing); accept it as the last resort.
 //! - A consumer must receive every subject the relay publishes for the aggregate types it
 //!   takes: an event filtered out of its subscription is a gap.
 //! - Chain state is kept for [`OutboxConfig::retention`](crate::OutboxConfig::retention)

@@ -92,6 +92,12 @@
 //! (a wiped broker: events published before may never arrive), and with
 //! [`NatsError::MessagesLost`] when the stream removed messages the consumer had not
 //! acknowledged; `events nats inbox adopt` records a new identity once an operator has checked.
+//! What the broker lost then shows as gaps in the consumer's aggregate chains (see
+//! [the inbox core](crate::inbox#order-across-services)): a missing event still in the
+//! stream is re-fetched with [`Refetch`] (`events inbox gaps refetch`), and one the broker
+//! lost is published again by the producer ([`Store::republish`](crate::Store::republish),
+//! `events relay republish`, same event ids: what the consumer has already is absorbed by the
+//! stream's duplicate window or the inbox's de-duplication).
 //! [`connect`] logs the connection's loss and return with the outage's length.
 //!
 //! Delivery is at-least-once on the wire and the outbox makes effects once: the stream drops
