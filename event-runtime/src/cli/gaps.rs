@@ -184,8 +184,20 @@ async fn list(store: &Store, all: bool, json: bool, io: &mut Io<'_>) -> Result<(
         return Ok(());
     }
     write_table(&gaps, all, io)?;
+    if gaps
+        .iter()
+        .any(|g| g.closed_at.is_none() && g.dead_letter_id.is_none())
+    {
+        writeln!(io.err, "{CLOSE_HINT}")?;
+    }
     Ok(())
 }
+
+/// How to close an open gap whose event never arrived, in the order to try.
+#[cfg(feature = "nats")]
+const CLOSE_HINT: &str = "to close a gap: `events inbox gaps refetch ID --consumer DURABLE --reason …` reads the event again from the stream; if the broker lost it, run `events relay republish` on the producer's database; `events inbox gaps accept ID --reason …` gives it up";
+#[cfg(not(feature = "nats"))]
+const CLOSE_HINT: &str = "to close a gap: have the producer publish the event again (`events relay republish` on its database); `events inbox gaps accept ID --reason …` gives it up";
 
 /// The gaps as a table (kind `gap`), as `inbox gaps` and `dlq list` show them.
 pub(super) fn write_table(gaps: &[Gap], all: bool, io: &mut Io<'_>) -> Result<(), CliError> {
