@@ -59,7 +59,7 @@ pub(super) async fn run(
             "read {} message(s) of stream {}, #{from} to #{to}{}; committed {} event(s) ({} already here, {} dead-lettered) (audit #{})",
             r.read,
             r.stream,
-            if r.complete { "" } else { " (stopped at --max-messages: not all of it)" },
+            if r.complete { "" } else { " (stopped before the end: --max-messages reached, or the server stopped answering; run it again, or with --from past what was read)" },
             r.committed.appended,
             r.committed.duplicates,
             r.committed.dead_lettered,
@@ -78,9 +78,13 @@ pub(super) async fn run(
             RefetchOutcome::DeadLettered(id) => format!(
                 "found, and dead-lettered here (#{id}): replay it after a deploy that takes it, or purge it to accept the gap"
             ),
-            RefetchOutcome::NotFound { republish } => {
+            RefetchOutcome::NotFound { republish } if r.complete => {
                 missing += 1;
                 format!("not in the stream: the broker no longer has it; on the producer run: {republish}")
+            }
+            RefetchOutcome::NotFound { republish } => {
+                missing += 1;
+                format!("not in the part read; read the rest, or on the producer run: {republish}")
             }
             RefetchOutcome::OtherSource(source) => {
                 missing += 1;

@@ -106,7 +106,9 @@ pub struct RefetchReport {
     pub range: Option<(u64, u64)>,
     /// Messages read.
     pub read: u64,
-    /// Whether the whole range was read (`false`: [`Refetch::max_messages`] stopped it).
+    /// Whether the whole range was read (`false`: [`Refetch::max_messages`] stopped it, or
+    /// the server sent nothing three times in a row while it still counted messages for the
+    /// reader; a [`RefetchOutcome::NotFound`] then means "not in the part read").
     pub complete: bool,
     /// What the inbox core did with the messages of the gaps' aggregates.
     pub committed: InboxReport,
@@ -359,7 +361,7 @@ impl Refetch {
             .get_stream(&self.stream)
             .await
             .map_err(NatsError::broker("get stream"))?;
-        let reader = stream
+        let mut reader = stream
             .create_consumer(pull::Config {
                 deliver_policy: jetstream::consumer::DeliverPolicy::ByStartSequence {
                     start_sequence: from,
@@ -374,6 +376,7 @@ impl Refetch {
             .map_err(NatsError::broker("create consumer"))?;
         let reader_name = reader.cached_info().name.clone();
         let mut seen: HashSet<String> = HashSet::new();
+        let mut empty = 0;
         let result = async {
             'pages: loop {
                 let want = (self.max_messages - report.read).min(PAGE as u64) as usize;
@@ -431,8 +434,28 @@ impl Refetch {
                         .await?;
                     report.committed += receipt.report;
                 }
-                if done || got == 0 {
+                if done {
                     break 'pages;
+                }
+                if got == 0 {
+                    // An empty batch ends the range only when the server has nothing more
+                    // for the filter; a slow server gets a few more tries, then the read is
+                    // reported incomplete rather than the events as lost.
+                    let pending = reader
+                        .info()
+                        .await
+                        .map_err(NatsError::broker("consumer info"))?
+                        .num_pending;
+                    if pending == 0 {
+                        break 'pages;
+                    }
+                    empty += 1;
+                    if empty >= 3 {
+                        report.complete = false;
+                        break 'pages;
+                    }
+                } else {
+                    empty = 0;
                 }
             }
             Ok(())
