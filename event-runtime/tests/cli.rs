@@ -910,6 +910,46 @@ async fn names_that_nothing_has_fail() {
     ok(&r);
     assert_eq!(r.1, "no open dead letters match; nothing replayed\n");
 
+    // Re-publishing is for relays: a handler's deliveries would run it again, and a relay
+    // that has nothing here is named as such; neither writes an audit row.
+    for (destination, message) in [
+        ("cli_test.count", "`cli_test.count` is not a relay"),
+        (
+            "nats:NOPE",
+            "no relay `nats:NOPE` in this database (relays: none has deliveries in this database)",
+        ),
+    ] {
+        failed(
+            &db.cli(&[
+                "relay",
+                "republish",
+                "--destination",
+                destination,
+                "--since",
+                "2020-01-01",
+                "--reason",
+                "x",
+                "--actor",
+                "a",
+            ])
+            .await,
+            message,
+        );
+    }
+    assert!(db.store.audit_log(10).await.unwrap().is_empty());
+    let refused = db
+        .store
+        .republish(
+            &event_runtime::RepublishSelection::new("cli_test.count").since_ms(0),
+            "a",
+            "x",
+        )
+        .await;
+    assert!(
+        matches!(refused, Err(event_runtime::StoreError::InvalidSelection(_))),
+        "{refused:?}"
+    );
+
     // Embedded, the application's event types are known names too.
     let registry = Registry::builder().handler::<count>().build().unwrap();
     let args: Vec<String> = [

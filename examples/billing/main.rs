@@ -370,7 +370,7 @@ async fn run(args: &Args) -> Result<Summary, Box<dyn std::error::Error>> {
     let held = outbox.held_events().await?;
     if held > 0 {
         return Err(format!(
-            "{held} received events wait for earlier events of their orders that never arrived (the broker lost them?): the summary would be partial; `billing events inbox gaps` lists the gaps once they are older than gap_after (5 min)"
+            "{held} received events wait for earlier events of their orders that never arrived (the broker lost them?): the summary would be partial; a billing run after they waited longer than gap_after (5 min) reports them as gaps, which `billing events inbox gaps` lists"
         )
         .into());
     }

@@ -20,7 +20,7 @@ use event_core::{event_handler, DomainEvent, Envelope, HandlerError};
 use event_runtime::cli::{run_with_output, App};
 use event_runtime::testing::ManualClock;
 use event_runtime::transport::nats::{
-    InboxConfig, NatsError, NatsInbox, NatsRelay, RefetchOutcome, RelayConfig, StreamSpec,
+    InboxConfig, NatsError, NatsInbox, NatsRelay, Refetch, RefetchOutcome, RelayConfig, StreamSpec,
 };
 use event_runtime::{
     CancellationToken, Dispatcher, Outbox, OutboxConfig, OutboxError, Registry, RetryPolicy,
@@ -224,6 +224,20 @@ async fn a_missing_event_still_in_the_stream_is_refetched_and_its_gap_closes() {
         let gaps = outbox.detect_gaps().await.unwrap();
         assert_eq!(gaps.len(), 1, "{label}: {gaps:?}");
         assert_eq!(gaps[0].missing_sequence, 1, "{label}");
+
+        // Started past the waiting event, a re-fetch reads nothing and says it did not read
+        // it all: "not found" there is not "the broker lost it".
+        let r = Refetch::new(stream.clone(), "billing")
+            .from(5)
+            .run(&js, &outbox, "test", "probe")
+            .await
+            .unwrap();
+        assert_eq!((r.range, r.complete), (None, false), "{label}");
+        assert!(
+            matches!(r.gaps[0].outcome, RefetchOutcome::NotFound { .. }),
+            "{label}"
+        );
+        assert_eq!(outbox.gaps(false).await.unwrap().len(), 1, "{label}");
 
         let r = inbox
             .refetch_gaps(None, "test", "instance crashed")

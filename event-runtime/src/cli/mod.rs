@@ -718,7 +718,7 @@ async fn execute_io(cli: Cli, app: App<'_>, io: &mut Io<'_>) -> Result<(), CliEr
             catalog::print_catalog(registry, json, io)
         }
         Command::Inbox(command) => gaps::run(&target.connect().await?, &app, command, io).await,
-        Command::Relay(command) => relay::run(&target.connect().await?, command, io).await,
+        Command::Relay(command) => relay::run(&target.connect().await?, &app, command, io).await,
         Command::Check => {
             let registry = app.registry.ok_or_else(|| no_registry(&app, "check"))?;
             catalog::check(&target.connect().await?, registry, io).await

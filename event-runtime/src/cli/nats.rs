@@ -47,7 +47,7 @@ pub(super) struct InboxArgs {
     /// The stream it consumes
     #[arg(long, default_value = "EVENTS")]
     stream: String,
-    /// NATS server URL [env: EVENTS_NATS_URL]
+    /// NATS server URL [env: EVENTS_NATS_URL] [default: nats://127.0.0.1:4222]
     #[arg(long, value_name = "URL")]
     nats: Option<String>,
 }
@@ -152,7 +152,7 @@ pub(super) struct StreamArgs {
     /// The stream name
     #[arg(default_value = "EVENTS")]
     name: String,
-    /// NATS server URL [env: EVENTS_NATS_URL]
+    /// NATS server URL [env: EVENTS_NATS_URL] [default: nats://127.0.0.1:4222]
     #[arg(long, value_name = "URL")]
     nats: Option<String>,
     /// A subject the stream captures (repeat for several)

@@ -59,11 +59,20 @@ pub(super) async fn run(
             "read {} message(s) of stream {}, #{from} to #{to}{}; committed {} event(s) ({} already here, {} dead-lettered) (audit #{})",
             r.read,
             r.stream,
-            if r.complete { "" } else { " (stopped before the end: --max-messages reached, or the server stopped answering; run it again, or with --from past what was read)" },
+            match (r.complete, args.refetch.from) {
+                (true, _) => "",
+                (false, Some(_)) => " (from --from on: what lies before it was not read)",
+                (false, None) => " (stopped before the end: --max-messages reached, or the server stopped answering; run it again, or with --from past what was read)",
+            },
             r.committed.appended,
             r.committed.duplicates,
             r.committed.dead_lettered,
             audit.id
+        )?,
+        None if args.refetch.from.is_some() => writeln!(
+            io.out,
+            "nothing read in stream {}: --from starts after the waiting events (audit #{})",
+            r.stream, audit.id
         )?,
         None => writeln!(
             io.out,
@@ -100,7 +109,8 @@ pub(super) async fn run(
     }
     if missing > 0 {
         return Err(CliError::Refused(format!(
-            "{missing} gap(s) not closed by the stream: re-publish from the producer as said above, or accept them (`events inbox gaps accept`)"
+            "{missing} gap(s) not closed by the stream: re-publish from the producer as said above (for many aggregates at once: `events relay republish --destination nats:{} --since T`, T before the loss), or accept them (`events inbox gaps accept`)",
+            r.stream
         )));
     }
     Ok(())

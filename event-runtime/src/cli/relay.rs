@@ -6,8 +6,9 @@ use chrono::{DateTime, Utc};
 use clap::Subcommand;
 
 use super::args::parse_time;
+use super::handler::is_relay;
 use super::resolve::actor;
-use super::{CliError, Io};
+use super::{App, CliError, Io};
 use crate::store::{RepublishSelection, Store};
 
 /// `events relay …`
@@ -38,6 +39,7 @@ pub(super) enum RelayCommand {
 
 pub(super) async fn run(
     store: &Store,
+    app: &App<'_>,
     command: RelayCommand,
     io: &mut Io<'_>,
 ) -> Result<(), CliError> {
@@ -53,6 +55,29 @@ pub(super) async fn run(
             "--reason must say why: it is written to the audit log; nothing was re-published"
                 .into(),
         ));
+    }
+    let relays: Vec<String> = store
+        .stats()
+        .await?
+        .handlers
+        .into_iter()
+        .map(|h| h.handler)
+        .filter(|h| is_relay(h, app))
+        .collect();
+    let here = if relays.is_empty() {
+        "none has deliveries in this database".to_owned()
+    } else {
+        relays.join(", ")
+    };
+    if !is_relay(&destination, app) {
+        return Err(CliError::Refused(format!(
+            "`{destination}` is not a relay (a relay is named TRANSPORT:…, such as `nats:<stream>`, and is no handler of the application): only a relay's deliveries are published again; a handler's are run again with `events dlq replay` (relays: {here}); nothing was re-published"
+        )));
+    }
+    if !relays.contains(&destination) {
+        return Err(CliError::Refused(format!(
+            "no relay `{destination}` in this database (relays: {here}); nothing was re-published"
+        )));
     }
     let who = actor(who.as_deref(), "re-published")?;
     let mut selection = RepublishSelection::new(&destination);
@@ -73,7 +98,7 @@ pub(super) async fn run(
     }
     writeln!(
         io.out,
-        "re-publishing {} event(s) to `{destination}` (audit #{}): the relay's workers publish them in order, with the same event ids",
+        "re-publishing {} event(s) to `{destination}` (audit #{}): they are pending again, and the application's relay workers (the next run with that transport configured) publish them in order, with the same event ids",
         done.audit.count, done.audit.id
     )?;
     if done.pending > 0 {

@@ -40,7 +40,11 @@ pub(super) fn print_audit(
             e.actor.clone(),
             match (&e.selection, e.finished_at) {
                 (None, _) | (_, Some(_)) => e.count.to_string(),
-                (Some(_), None) if e.action.starts_with("handler-") => {
+                (Some(_), None)
+                    if e.action.starts_with("handler-")
+                        || e.action == "relay-republish"
+                        || e.action == "gap-refetch" =>
+                {
                     format!("{} (unfinished: run the same command again)", e.count)
                 }
                 (Some(_), None) => format!("{} (unfinished: dlq resume {})", e.count, e.id),

@@ -45,8 +45,9 @@ impl Store {
     /// (an event it re-published and the relay published since is not selected again).
     ///
     /// # Errors
-    /// [`StoreError::InvalidSelection`] when `selection` names neither aggregates nor a time
-    /// (nothing is changed); [`StoreError::Database`] when the database fails (the pages
+    /// [`StoreError::InvalidSelection`] when `selection` names neither aggregates nor a time,
+    /// or its destination is not named as a relay (`TRANSPORT:…`: a handler's deliveries are
+    /// run again by replaying their dead letters, never re-published) (nothing is changed); [`StoreError::Database`] when the database fails (the pages
     /// before stay done).
     ///
     /// # Cancel safety
@@ -58,6 +59,12 @@ impl Store {
         actor: &str,
         reason: &str,
     ) -> Result<RepublishReport, StoreError> {
+        if !crate::outbox::destination::relay_name(&selection.destination) {
+            return Err(StoreError::InvalidSelection(format!(
+                "`{}` is not named as a relay (`TRANSPORT:…`, such as `nats:<stream>`): only a relay's deliveries are published again",
+                selection.destination
+            )));
+        }
         let store = self.backend();
         let start = store
             .start_republish(selection, actor, reason, now_ms())

@@ -130,8 +130,15 @@
 //! time), and is the same gauge for every other destination.
 //!
 //! # Limitations
-//! One inbox instance per durable consumer at a time: several instances sharing the work with
-//! per-aggregate order (partitioned subjects) come later.
+//! - Several inbox instances may share one durable consumer and one database: the inbox
+//!   core's chains keep each aggregate's order whatever order the instances commit in, but
+//!   an instance that dies holding messages delays every aggregate among them until the
+//!   server redelivers (the ack wait). Partitioned subjects, which would bound that to one
+//!   instance's share, come later.
+//! - A lost *last* event of an aggregate is not visible to the consumer: a gap shows only
+//!   when a later event of that aggregate arrives. After a broker is known to have lost
+//!   data, re-publish from the producer with `events relay republish --since T`, T before
+//!   the loss.
 
 mod inbox;
 mod relay;
@@ -205,7 +212,7 @@ pub enum NatsError {
         ack_floor: u64,
     },
     /// No stream of that name.
-    #[error("there is no JetStream stream `{0}` (create it with StreamSpec::create or `events nats stream create`)")]
+    #[error("there is no JetStream stream `{0}` on the server (check the name and the server URL; to create it: StreamSpec::create or `events nats stream create`)")]
     NoStream(String),
     /// The stream exists with another shape.
     #[error("stream `{stream}`: {field} is {found}, expected {expected}")]

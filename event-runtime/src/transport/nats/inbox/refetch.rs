@@ -106,8 +106,9 @@ pub struct RefetchReport {
     pub range: Option<(u64, u64)>,
     /// Messages read.
     pub read: u64,
-    /// Whether the whole range was read (`false`: [`Refetch::max_messages`] stopped it, or
-    /// the server sent nothing three times in a row while it still counted messages for the
+    /// Whether the whole range was read (`false`: [`Refetch::from`] started it above the
+    /// consumer's first unacknowledged message, [`Refetch::max_messages`] stopped it, or the
+    /// server sent nothing three times in a row while it still counted messages for the
     /// reader; a [`RefetchOutcome::NotFound`] then means "not in the part read").
     pub complete: bool,
     /// What the inbox core did with the messages of the gaps' aggregates.
@@ -227,6 +228,10 @@ impl Refetch {
             }
         }
         let from = self.from.unwrap_or(floor + 1).max(first);
+        // Started above the first unacknowledged message: what lies below was not read.
+        if from > (floor + 1).max(first) {
+            report.complete = false;
+        }
         let selection = serde_json::json!({
             "gaps": self.gaps, "stream": self.stream, "durable": self.durable,
             "from": from, "to": to, "max_messages": self.max_messages,
