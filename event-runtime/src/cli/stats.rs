@@ -40,14 +40,12 @@ pub(super) fn print_audit(
             e.actor.clone(),
             match (&e.selection, e.finished_at) {
                 (None, _) | (_, Some(_)) => e.count.to_string(),
-                (Some(_), None)
-                    if e.action.starts_with("handler-")
-                        || e.action == "relay-republish"
-                        || e.action == "gap-refetch" =>
-                {
-                    format!("{} (unfinished: run the same command again)", e.count)
+                // `dlq resume` finishes a replay or purge; every other operation over a
+                // selection continues when its command runs again.
+                (Some(_), None) if e.action == "replay" || e.action == "purge" => {
+                    format!("{} (unfinished: dlq resume {})", e.count, e.id)
                 }
-                (Some(_), None) => format!("{} (unfinished: dlq resume {})", e.count, e.id),
+                (Some(_), None) => format!("{} (unfinished: run the same command again)", e.count),
             },
             match &e.selection {
                 Some(s) => format!("selection {s}"),

@@ -36,6 +36,17 @@ impl Outbox {
             .open_gaps(now.saturating_sub(wait), now, DETECT_LIMIT)
             .await?;
         for g in &opened {
+            let (dead_here, what) = if g.dead_letter_id.is_some() {
+                (
+                    " (it is dead-lettered here)",
+                    "replay its dead letter, or purge it to accept the gap",
+                )
+            } else {
+                (
+                    "",
+                    "re-fetch it with `events inbox gaps refetch`; if the broker lost it, re-publish it from the producer with `events relay republish`; or `events inbox gaps accept`",
+                )
+            };
             let origin = store
                 .received_origin(g.waiting_event_id)
                 .await
@@ -51,12 +62,7 @@ impl Outbox {
                 waiting_event_id = %g.waiting_event_id,
                 waiting_for_s = (now - g.waiting_since) / 1000,
                 "gap: a received event waits for a predecessor that did not arrive{}; the events after it are held ({})",
-                if g.dead_letter_id.is_some() { " (it is dead-lettered here)" } else { "" },
-                if g.dead_letter_id.is_some() {
-                    "replay its dead letter, or purge it to accept the gap"
-                } else {
-                    "re-fetch it with `events inbox gaps refetch`; if the broker lost it, re-publish it from the producer with `events relay republish`; or `events inbox gaps accept`"
-                }
+                dead_here, what
             );
             metrics::counter!("events_inbox_gaps_opened_total").increment(1);
         }

@@ -47,8 +47,8 @@ impl Store {
     /// # Errors
     /// [`StoreError::InvalidSelection`] when `selection` names neither aggregates nor a time,
     /// or its destination is not named as a relay (`TRANSPORT:…`: a handler's deliveries are
-    /// run again by replaying their dead letters, never re-published) (nothing is changed); [`StoreError::Database`] when the database fails (the pages
-    /// before stay done).
+    /// run again by replaying their dead letters, never re-published) (nothing is changed);
+    /// [`StoreError::Database`] when the database fails (the pages before stay done).
     ///
     /// # Cancel safety
     /// Not cancel safe as one operation: dropped between pages, the pages done stay done and

@@ -227,11 +227,10 @@ impl Refetch {
                 }
             }
         }
-        let from = self.from.unwrap_or(floor + 1).max(first);
+        let unacknowledged = (floor + 1).max(first);
+        let from = self.from.map_or(unacknowledged, |f| f.max(first));
         // Started above the first unacknowledged message: what lies below was not read.
-        if from > (floor + 1).max(first) {
-            report.complete = false;
-        }
+        report.complete = from <= unacknowledged;
         let selection = serde_json::json!({
             "gaps": self.gaps, "stream": self.stream, "durable": self.durable,
             "from": from, "to": to, "max_messages": self.max_messages,
