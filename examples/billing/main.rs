@@ -52,7 +52,7 @@ use rust_decimal::Decimal;
     about = "Consumes the orders service's events from NATS JetStream into its own outbox and invoices every shipped order."
 )]
 struct Args {
-    /// The NATS server.
+    /// The NATS server, or a cluster's servers comma-separated.
     #[arg(long, value_name = "URL", default_value = "nats://127.0.0.1:4222")]
     nats: String,
     /// The JetStream stream `orders` publishes to.

@@ -8,7 +8,8 @@
 //! reports, and no dead letter: after a clean run, after `--crash-after` (committed, not
 //! acked) and a re-run, after a SIGKILL mid-run and a re-run, and after `orders` itself was
 //! killed mid-run and run again on its database (its relay publishes the rest; the stream
-//! holds each event once).
+//! holds each event once). On a three-server cluster of the test's own, with a stream of 3
+//! replicas, both run at once while the stream's leader is killed and restarted.
 //!
 //! `cargo test -p examples` builds the binaries first; alone, run
 //! `cargo build -p examples --examples && cargo test -p examples --test two_services`
@@ -23,6 +24,9 @@ use std::time::{Duration, Instant};
 
 use rust_decimal::Decimal;
 use serde_json::Value;
+
+#[path = "../../tests/tests/common/nats_cluster.rs"]
+mod nats_cluster;
 
 // ---- what the CSV says ----------------------------------------------------------------------
 
@@ -144,6 +148,13 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// A client of the server, or of a cluster's servers (`url` comma-separated).
+async fn client(url: &str) -> async_nats::Client {
+    async_nats::connect(url.split(',').collect::<Vec<_>>())
+        .await
+        .unwrap()
+}
+
 /// A directory of this test's own for its SQLite files.
 fn temp_dir(test: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!(
@@ -214,7 +225,7 @@ impl Pair {
     fn fetch_and_die(&self, name: &str, n: usize) {
         use futures_util::StreamExt;
         runtime().block_on(async {
-            let client = async_nats::connect(&self.url).await.unwrap();
+            let client = client(&self.url).await;
             let js = async_nats::jetstream::new(client);
             let stream = js.get_stream(&self.stream).await.unwrap();
             let consumer = stream
@@ -251,7 +262,7 @@ impl Pair {
     /// Messages in the stream now.
     fn messages(&self) -> u64 {
         runtime().block_on(async {
-            let client = async_nats::connect(&self.url).await.unwrap();
+            let client = client(&self.url).await;
             let js = async_nats::jetstream::new(client);
             let mut stream = js.get_stream(&self.stream).await.unwrap();
             stream.info().await.unwrap().state.messages
@@ -261,7 +272,7 @@ impl Pair {
     /// Messages the durable consumer `name` has had delivered (its stream sequence).
     fn delivered(&self, name: &str) -> u64 {
         runtime().block_on(async {
-            let client = async_nats::connect(&self.url).await.unwrap();
+            let client = client(&self.url).await;
             let js = async_nats::jetstream::new(client);
             let stream = js.get_stream(&self.stream).await.unwrap();
             match stream
@@ -277,7 +288,7 @@ impl Pair {
     /// The stream goes with a test that passed; a failed one leaves it for a post-mortem.
     fn delete_stream(&self) {
         runtime().block_on(async {
-            let client = async_nats::connect(&self.url).await.unwrap();
+            let client = client(&self.url).await;
             let js = async_nats::jetstream::new(client);
             js.delete_stream(&self.stream).await.unwrap();
         });
@@ -547,7 +558,7 @@ fn orders_killed_mid_run_and_run_again_publishes_each_event_once() {
     // The stream exists once orders has connected; kill it once a third of its events are out.
     let stream_holds = |n: u64| {
         runtime().block_on(async {
-            let client = async_nats::connect(&pair.url).await.unwrap();
+            let client = client(&pair.url).await;
             let js = async_nats::jetstream::new(client);
             match js.get_stream(&pair.stream).await {
                 Ok(mut s) => s.info().await.unwrap().state.messages >= n,
@@ -662,4 +673,64 @@ fn orders_with_nats_on_a_database_filled_without_it_warns_that_nothing_is_publis
     );
     fresh("the same database again (its relay has deliveries)");
     pair.delete_stream();
+}
+
+#[test]
+fn both_services_on_a_three_server_cluster_are_exact_when_the_stream_leader_is_killed_mid_run() {
+    let test = "cluster";
+    let Some(mut pair) = Pair::new(test) else {
+        return;
+    };
+    let Some(mut cluster) = nats_cluster::OwnCluster::start() else {
+        return;
+    };
+    let started = Instant::now();
+    let rt = runtime();
+    rt.block_on(cluster.ready());
+    pair.url = cluster.url();
+    let e = expected(&examples::orders::default_input());
+    let mut orders_cmd = pair.orders();
+    orders_cmd.args(["--stream-replicas", "3"]);
+    let mut orders = Running::spawn(orders_cmd);
+    let stream_holds = |n: u64| {
+        rt.block_on(async {
+            let js = async_nats::jetstream::new(client(&pair.url).await);
+            match js.get_stream(&pair.stream).await {
+                Ok(mut s) => s.info().await.is_ok_and(|i| i.state.messages >= n),
+                Err(_) => false,
+            }
+        })
+    };
+    assert!(
+        orders.wait_for("orders to publish 2,000 events", || stream_holds(2_000)),
+        "orders ended before billing started"
+    );
+    // Idle-exit after 30 s without a message: beyond a failover and the ack wait (10 s).
+    let mut billing = Running::spawn(pair.billing_idle("billing", 30, &[]));
+    assert!(
+        billing.wait_for("billing to take 3,000 messages", || pair
+            .delivered("billing")
+            >= 3_000),
+        "billing ended before the kill"
+    );
+    let leader = rt.block_on(cluster.stream_leader(&pair.stream));
+    cluster.kill(leader);
+    let killed = Instant::now();
+    eprintln!(
+        "{test}: killed the stream's leader {} after {:?}",
+        cluster.nodes[leader].name,
+        started.elapsed()
+    );
+    std::thread::sleep(Duration::from_secs(5));
+    assert!(cluster.up(leader));
+    let orders = summary("orders on the cluster", &orders.finish());
+    assert_orders_complete(&pair, &orders, &e);
+    let billing = summary("billing on the cluster", &billing.finish());
+    assert_billing_exact("a stream leader killed mid-run", &billing, &orders, &e);
+    eprintln!(
+        "{test}: passed in {:?} ({:?} after the kill)",
+        started.elapsed(),
+        killed.elapsed()
+    );
+    let _ = std::fs::remove_dir_all(&pair.dir);
 }

@@ -164,6 +164,9 @@ pub(super) struct StreamArgs {
     /// Largest message in bytes, headers included (default: the server's max_payload)
     #[arg(long, value_name = "BYTES")]
     max_msg_size: Option<u32>,
+    /// Copies of the stream in a cluster (3 survives one server's loss; check: at least)
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    replicas: usize,
 }
 
 pub(super) async fn stream(command: StreamCommand, io: &mut Io<'_>) -> Result<(), CliError> {
@@ -177,7 +180,8 @@ pub(super) async fn stream(command: StreamCommand, io: &mut Io<'_>) -> Result<()
     let js = async_nats::jetstream::new(client);
     let mut spec = StreamSpec::new(&args.name)
         .subjects(args.subjects)
-        .duplicate_window(Duration::from_secs(args.duplicate_window));
+        .duplicate_window(Duration::from_secs(args.duplicate_window))
+        .replicas(args.replicas);
     spec.max_msg_size = args.max_msg_size;
     let shape = if create {
         spec.create(&js).await
@@ -201,6 +205,10 @@ fn print(s: &StreamShape, io: &mut Io<'_>) -> Result<(), CliError> {
     match s.max_msg_size {
         Some(n) => writeln!(io.out, "  max_msg_size      {n} bytes")?,
         None => writeln!(io.out, "  max_msg_size      the server's max_payload")?,
+    }
+    writeln!(io.out, "  replicas          {}", s.replicas)?;
+    if let Some(leader) = &s.leader {
+        writeln!(io.out, "  leader            {leader}")?;
     }
     Ok(())
 }

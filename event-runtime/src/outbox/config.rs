@@ -84,7 +84,9 @@ pub struct OutboxConfig {
     /// missing sequence, a row in `event_inbox_gaps` (`events dlq list` kind `gap`), and
     /// `events_inbox_gaps_opened_total`. A transport's inbox refuses to start unless it
     /// exceeds the broker's redelivery delay (NATS: the consumer's ack wait plus the fetch
-    /// wait), so that a message merely waiting for redelivery is never reported.
+    /// wait, plus a cluster's failover,
+    /// `transport::nats::FAILOVER_ALLOWANCE`, 45 s), so that a
+    /// message merely waiting for redelivery or for a new leader is never reported.
     pub gap_after: Duration,
 }
 

@@ -147,8 +147,9 @@ pub struct Args {
     /// Customers listed in the top-customers table.
     #[arg(long, value_name = "N", default_value_t = 10)]
     pub top: usize,
-    /// Also publish every event to NATS JetStream at this URL (`nats://127.0.0.1:4222`),
-    /// through the relay: the `billing` example consumes them.
+    /// Also publish every event to NATS JetStream at this URL (`nats://127.0.0.1:4222`, or a
+    /// cluster's servers comma-separated), through the relay: the `billing` example consumes
+    /// them.
     #[arg(long, value_name = "URL")]
     pub nats: Option<String>,
     /// The JetStream stream (created when missing, on `<subject prefix>.>`).
@@ -159,6 +160,10 @@ pub struct Args {
     /// so a second pair of services on the same server takes another prefix.
     #[arg(long, value_name = "PREFIX", default_value = DEFAULT_SUBJECT_PREFIX)]
     pub subject_prefix: String,
+    /// Copies of the stream when it is created: 3 on a three-server cluster (`--nats` then
+    /// lists the servers, comma-separated), so that it survives one server's loss.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub stream_replicas: usize,
 }
 
 /// The subject prefix used when `--subject-prefix` is not given.
@@ -182,6 +187,7 @@ impl Default for Args {
             nats: None,
             stream: DEFAULT_STREAM.to_owned(),
             subject_prefix: DEFAULT_SUBJECT_PREFIX.to_owned(),
+            stream_replicas: 1,
         }
     }
 }
@@ -265,8 +271,8 @@ pub enum RunError {
     Nats(#[source] event_runtime::transport::nats::NatsError),
 }
 
-/// Connects to NATS at `url` and creates (or checks) the stream `stream` on
-/// `<subject_prefix>.>`.
+/// Connects to NATS at `url` (one server, or a cluster's servers comma-separated) and
+/// creates (or checks) the stream `stream` on `<subject_prefix>.>` with `replicas` copies.
 ///
 /// # Errors
 /// [`RunError::Nats`]: the server is unreachable, or refuses the stream (a stream of that name
@@ -275,6 +281,7 @@ pub async fn connect_nats(
     url: &str,
     stream: &str,
     subject_prefix: &str,
+    replicas: usize,
 ) -> Result<async_nats::Client, RunError> {
     use event_runtime::transport::nats::StreamSpec;
     let client = event_runtime::transport::nats::connect(url, "orders")
@@ -283,6 +290,7 @@ pub async fn connect_nats(
     let js = async_nats::jetstream::new(client.clone());
     StreamSpec::new(stream)
         .subjects([format!("{subject_prefix}.>")])
+        .replicas(replicas)
         .create(&js)
         .await
         .map_err(RunError::Nats)?;
@@ -581,7 +589,13 @@ pub async fn run(args: &Args) -> Result<Report, RunError> {
     let flaky = Arc::new(Flaky::new(args.flaky_rate, args.seed));
     let relay = match &args.nats {
         Some(url) => {
-            let client = connect_nats(url, &args.stream, &args.subject_prefix).await?;
+            let client = connect_nats(
+                url,
+                &args.stream,
+                &args.subject_prefix,
+                args.stream_replicas,
+            )
+            .await?;
             let config = event_runtime::transport::nats::RelayConfig::new(&args.stream)
                 .subject_prefix(args.subject_prefix.clone());
             Some(event_runtime::transport::nats::NatsRelay::new(

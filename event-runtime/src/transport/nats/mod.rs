@@ -85,8 +85,17 @@
 //!
 //! # When the broker has trouble
 //! Nothing ends in a silent success. The relay pauses — no attempt used, nothing
-//! dead-lettered — while the server is unreachable or the stream is missing or has no leader,
-//! and resumes by itself. The inbox records the stream's and the durable consumer's creation
+//! dead-lettered — while the server is unreachable or the stream is missing, has no leader or
+//! (clustered) lost its quorum, and resumes by itself.
+//!
+//! On a cluster (`connect` with the servers comma-separated, a stream of 3 replicas:
+//! [`StreamSpec::replicas`]) the loss of any one server — the stream's leader, the consumer's
+//! leader, the server a client is connected to — loses nothing and reorders nothing: the
+//! clients reconnect to another server, the stream and the consumer elect new leaders, the
+//! relay sends again what the election swallowed (same `Nats-Msg-Id`), and the inbox's
+//! unconfirmed acks come back as redeliveries it skips. Resuming takes seconds (measured in
+//! BENCHMARKS.md); [`FAILOVER_ALLOWANCE`] bounds it, and the inbox requires a gap wait above
+//! it. The inbox records the stream's and the durable consumer's creation
 //! times in the consuming store on its first start ([`InboxIdentity`](crate::InboxIdentity))
 //! and stops with [`NatsError::IdentityChanged`] when the broker deleted or re-created either
 //! (a wiped broker: events published before may never arrive), and with
@@ -113,7 +122,7 @@
 //! |---|---|---|
 //! | `events_nats_published_total` | counter | publishes the server acknowledged (a duplicate ack included) |
 //! | `events_nats_published_duplicates_total` | counter | of those, acks saying the stream already held the message id |
-//! | `events_nats_publish_failures_total` | counter, label `reason` | `unavailable` (not connected: the relay pauses), `no_stream` (no stream takes the subject, or it has no leader: the relay pauses), `timeout` (retried), `too_large` (dead letter), `other` (retried) |
+//! | `events_nats_publish_failures_total` | counter, label `reason` | `unavailable` (not connected, or the publish's connection was lost: the relay pauses), `no_stream` (no stream takes the subject, it has no leader or no quorum, or a time-out during an election or with a replica away: the relay pauses), `timeout` (retried), `too_large` (dead letter), `other` (retried) |
 //! | `events_nats_in_flight` | gauge | publishes sent and not yet acknowledged, in this process |
 //! | `events_destination_oldest_pending_age_seconds{handler="nats:<stream>"}` | gauge | the lag: age in seconds of the oldest committed event the broker has not acknowledged yet (0 when none), set by the outbox's workers every [`OutboxConfig::metrics_interval`](crate::OutboxConfig::metrics_interval) (5 s) |
 //! | `events_nats_received_total` | counter | messages an inbox fetched |
@@ -140,6 +149,7 @@
 //!   data, re-publish from the producer with `events relay republish --since T`, T before
 //!   the loss.
 
+mod cluster;
 mod inbox;
 mod relay;
 mod stream;
@@ -149,7 +159,7 @@ use std::time::{Duration, Instant};
 
 pub use inbox::{
     InboxConfig, InboxReport, NatsInbox, ReceivedBatch, Refetch, RefetchOutcome, RefetchReport,
-    RefetchedGap, IDENTITY_CHECK_INTERVAL,
+    RefetchedGap, FAILOVER_ALLOWANCE, IDENTITY_CHECK_INTERVAL,
 };
 pub use relay::{NatsRelay, RelayConfig};
 pub use stream::{StreamShape, StreamSpec};
@@ -327,9 +337,10 @@ pub fn redact_url(url: &str) -> String {
         .join(",")
 }
 
-/// Connects to NATS at `url` (one server or a comma-separated list) as `component` (the
-/// client's name, shown by the server and in every log line), reconnecting on its own for as
-/// long as the client lives. The connection's life is logged through `tracing` with the
+/// Connects to NATS at `url` (one server, or a cluster's servers comma-separated:
+/// `nats://127.0.0.1:4222,nats://127.0.0.1:4223`) as `component` (the client's name, shown by
+/// the server and in every log line), reconnecting on its own — to any server of the cluster —
+/// for as long as the client lives. The connection's life is logged through `tracing` with the
 /// component and the URL (credentials masked): `NATS connection lost` (warn) when it drops,
 /// `NATS connection back after …` (warn, so that a log showing the loss shows its end) with
 /// the outage's length when it returns, and the server's and client's errors (warn; a failed
@@ -387,11 +398,22 @@ pub async fn connect(url: &str, component: &str) -> Result<async_nats::Client, N
                 }
             }
         });
-    options.connect(url).await.map_err(|e| NatsError::Connect {
-        component: component.to_owned(),
-        url: shown,
-        error: e.into(),
-    })
+    // A cluster's servers, comma-separated: async-nats takes a list of addresses, not one
+    // string holding several. It tries them in turn, and learns the cluster's other servers
+    // from the one it reaches (their INFO `connect_urls`) to reconnect to when that one dies.
+    let servers: Vec<&str> = url
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
+    options
+        .connect(servers)
+        .await
+        .map_err(|e| NatsError::Connect {
+            component: component.to_owned(),
+            url: shown,
+            error: e.into(),
+        })
 }
 
 /// The bytes of the header block the relay sends (`NATS/1.0`, `Nats-Msg-Id` with a

@@ -14,6 +14,7 @@ use async_trait::async_trait;
 use event_core::{EventDescriptor, HandlerError};
 use tracing::Instrument;
 
+use super::cluster::Health;
 use super::stream::StreamShape;
 use super::{header_bytes, subject_token, NatsError, CONTENT_TYPE};
 use crate::outbox::destination::Target;
@@ -151,10 +152,17 @@ impl RelayConfig {
 /// duplicate ack is a success. Losing the connection pauses the destination
 /// ([`DeliveryError::Unavailable`]) until the client is connected again: no attempt is
 /// burnt. The same holds while the stream is missing (deleted, or not created yet: no stream
-/// captures the subject) or has no leader (a clustered stream electing one, or without its
-/// quorum): the relay is paused, in the store for every worker process, and uses no attempt
-/// however long that lasts; it resumes on its own once [`Destination::available`] finds the
-/// stream answering again, asked every second. The outage is logged when it starts, at most
+/// captures the subject) or has no leader (a clustered stream electing one), or while its
+/// leader hears from fewer than a majority of its replicas (a clustered stream that lost its
+/// quorum: for about ten seconds NATS still names a leader, which takes nothing): the relay is
+/// paused, in the store for every worker process, and uses no attempt however long that
+/// lasts; it resumes on its own once [`Destination::available`] finds the stream answering
+/// with a quorum again, asked every second. On a cluster, a publish time-out is the broker's
+/// too, and pauses the relay instead of using an attempt, when the publish went out on a
+/// connection that was lost since (the client is on another server now), when the stream
+/// changed its leader while it was in flight, or when one of the stream's replicas is
+/// unreachable or catching up; the message is sent again with the same id, so the stream
+/// keeps it once. The outage is logged when it starts, at most
 /// once a minute while it lasts, and with its length when it ends. A message the server
 /// refuses as too large is a permanent failure (dead letter); every other failure is retried
 /// with [`RelayConfig::retry`]. Publish time-outs while connected (retried: ambiguous) are
@@ -173,6 +181,25 @@ pub struct NatsRelay {
     timeouts: Mutex<TimeoutLog>,
     /// A subject of each routed event, as `check` found the stream capturing them.
     subjects: Mutex<Vec<String>>,
+    /// The stream's leader as last seen, and since when it was seen so.
+    leader: Mutex<LeaderSeen>,
+}
+
+/// The stream's leader (a clustered stream's server name; `None` alone) as the relay last saw
+/// it, and when it first saw a change.
+#[derive(Debug)]
+struct LeaderSeen {
+    name: Option<String>,
+    changed: Instant,
+}
+
+/// One publish as it was sent: on which connection, and when.
+#[derive(Debug, Clone, Copy)]
+struct Sent {
+    /// The client's connections so far (`Statistics::connects`): a reconnect since means the
+    /// publish went out on a connection that was lost.
+    connects: u64,
+    at: Instant,
 }
 
 /// Publish time-outs since the last log line about them.
@@ -221,6 +248,10 @@ impl NatsRelay {
                 logged: None,
             }),
             subjects: Mutex::new(Vec::new()),
+            leader: Mutex::new(LeaderSeen {
+                name: None,
+                changed: Instant::now(),
+            }),
         })
     }
 
@@ -284,6 +315,7 @@ impl NatsRelay {
             );
         }
         let shape = StreamShape::fetch(&self.js, &self.config.stream).await?;
+        self.saw_leader(shape.leader.clone());
         let mut subjects = Vec::new();
         for event in outbox.dispatcher().registry().events() {
             if self.route(event).is_none() {
@@ -377,6 +409,44 @@ impl NatsRelay {
         self.client.connection_state() == State::Connected
     }
 
+    fn connects(&self) -> u64 {
+        self.client.statistics().connects.load(Ordering::Relaxed)
+    }
+
+    /// Records the stream's leader as a probe found it; a change restarts the grace within
+    /// which a publish time-out counts as the election's, not the message's.
+    fn saw_leader(&self, leader: Option<String>) {
+        let mut seen = self.leader.lock().unwrap_or_else(|e| e.into_inner());
+        if seen.name != leader {
+            if seen.name.is_some() || leader.is_some() {
+                tracing::info!(
+                    relay = %self.config.name,
+                    stream = %self.config.stream,
+                    from = seen.name.as_deref().unwrap_or("-"),
+                    to = leader.as_deref().unwrap_or("-"),
+                    "stream `{}` has a new leader",
+                    self.config.stream
+                );
+            }
+            seen.name = leader;
+            seen.changed = Instant::now();
+        }
+    }
+
+    /// Whether a publish `sent` then may have been lost to a change of leader: sent before
+    /// the relay saw the stream's current leader take over, or within one publish time-out
+    /// after (the new leader catching up).
+    fn within_election(&self, sent: Sent) -> Option<String> {
+        let seen = self.leader.lock().unwrap_or_else(|e| e.into_inner());
+        (sent.at < seen.changed + self.config.publish_timeout).then(|| {
+            format!(
+                "stream `{}` changed leader (now {}) while the publish was in flight",
+                self.config.stream,
+                seen.name.as_deref().unwrap_or("none")
+            )
+        })
+    }
+
     fn unavailable(&self, why: impl std::fmt::Display) -> DeliveryError {
         metrics::counter!("events_nats_publish_failures_total", "reason" => "unavailable")
             .increment(1);
@@ -427,6 +497,10 @@ impl NatsRelay {
             .payload(bytes::Bytes::copy_from_slice(body.as_bytes()))
             .message_id(d.event_id.to_string())
             .header("Content-Type", CONTENT_TYPE);
+        let sent = Sent {
+            connects: self.connects(),
+            at: Instant::now(),
+        };
         let ack = match self.js.send_publish(subject.clone(), message).await {
             Ok(future) => future.await,
             Err(e) => Err(e),
@@ -440,13 +514,14 @@ impl NatsRelay {
                 metrics::counter!("events_nats_published_total").increment(1);
                 Ok(())
             }
-            Err(e) => Err(self.classify(e, &subject).await),
+            Err(e) => Err(self.classify(e, &subject, sent).await),
         }
     }
 
-    /// Whether the stream answers with a leader and still captures the subjects
-    /// [`check`](Self::check) found it capturing: `Err` says why not.
-    async fn stream_ready(&self) -> Result<(), String> {
+    /// Whether the stream answers with a leader that hears from a majority of its replicas
+    /// (a clustered stream's quorum: see [`cluster`](super::cluster)), and still captures the
+    /// subjects [`check`](Self::check) found it capturing: `Err` says why not.
+    async fn stream_ready(&self) -> Result<Health, String> {
         let name = &self.config.stream;
         // Within the delivery's time limit: a publish time-out and this probe together stay
         // below `publish_timeout * 2 + 1 s`.
@@ -463,8 +538,10 @@ impl NatsRelay {
                 _ => format!("stream `{name}` does not answer: {e}"),
             })?;
         let info = stream.cached_info();
-        if info.cluster.as_ref().is_some_and(|c| c.leader.is_none()) {
-            return Err(format!("stream `{name}` has no leader"));
+        let health = Health::of(info);
+        self.saw_leader(health.leader.clone());
+        if let Some(why) = health.unavailable(name) {
+            return Err(why);
         }
         let subjects = self.subjects.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(lost) = subjects
@@ -473,7 +550,7 @@ impl NatsRelay {
         {
             return Err(format!("stream `{name}` no longer captures `{lost}`"));
         }
-        Ok(())
+        Ok(health)
     }
 
     /// Counts a publish time-out; logs them at most once a minute.
@@ -501,7 +578,12 @@ impl NatsRelay {
         t.count = 0;
     }
 
-    async fn classify(&self, e: jetstream::context::PublishError, subject: &str) -> DeliveryError {
+    async fn classify(
+        &self,
+        e: jetstream::context::PublishError,
+        subject: &str,
+        sent: Sent,
+    ) -> DeliveryError {
         match e.kind() {
             // No responders on the subject: no stream captures it (deleted, or not created
             // yet). Waited for, never dead-lettered.
@@ -519,31 +601,72 @@ impl NatsRelay {
             PublishErrorKind::TimedOut | PublishErrorKind::BrokenPipe if !self.connected() => {
                 self.unavailable(e)
             }
-            // Connected, and the stream does not answer (no leader, or gone): paused, not
-            // retried. Otherwise an ambiguous time-out: retried with the same message id.
-            PublishErrorKind::TimedOut => match self.stream_ready().await {
-                Err(why) => {
+            // Sent on a connection that was lost since (the server it went to died; the
+            // client is on another now): the broker's fault, not the message's.
+            PublishErrorKind::TimedOut | PublishErrorKind::BrokenPipe
+                if self.connects() != sent.connects =>
+            {
+                self.unavailable(format!(
+                    "the connection the publish went out on was lost ({e})"
+                ))
+            }
+            // Connected, and the stream does not answer (no leader, or gone) or changed its
+            // leader while the publish was in flight (a clustered stream's election): paused,
+            // not retried. Otherwise an ambiguous time-out: retried with the same message id.
+            PublishErrorKind::TimedOut => {
+                let why = match self.stream_ready().await {
+                    Err(why) => Some(why),
+                    Ok(health) => self
+                        .within_election(sent)
+                        .or_else(|| health.degraded(&self.config.stream)),
+                };
+                match why {
+                    Some(why) => {
+                        metrics::counter!("events_nats_publish_failures_total", "reason" => "no_stream")
+                            .increment(1);
+                        DeliveryError::Unavailable {
+                            reason: format!("NATS relay {}: {why}", self.config.name),
+                            retry_after: Duration::from_secs(1),
+                        }
+                    }
+                    None => {
+                        self.summarise_timeouts(true);
+                        self.failed("timeout", e.into(), false)
+                    }
+                }
+            }
+            PublishErrorKind::Other => {
+                let code = std::error::Error::source(&e)
+                    .and_then(|s| s.downcast_ref::<jetstream::Error>())
+                    .map(|j| j.error_code());
+                let too_large = code.is_some_and(|c| {
+                    c == jetstream::ErrorCode::STREAM_MESSAGE_EXCEEDS_MAXIMUM
+                        || c == jetstream::ErrorCode::STREAM_HEADER_EXCEEDS_MAXIMUM
+                });
+                // The cluster answering that it cannot take the message now (no quorum, no
+                // leader, a peer catching up): the broker's state, waited for.
+                let cluster = code.is_some_and(|c| {
+                    [
+                        jetstream::ErrorCode::CLUSTER_NOT_AVAILABLE,
+                        jetstream::ErrorCode::CLUSTER_NOT_ACTIVE,
+                        jetstream::ErrorCode::CLUSTER_NOT_LEADER,
+                        jetstream::ErrorCode::CLUSTER_NO_PEERS,
+                        jetstream::ErrorCode::CLUSTER_INCOMPLETE,
+                    ]
+                    .contains(&c)
+                });
+                if too_large {
+                    self.failed("too_large", e.into(), true)
+                } else if cluster {
                     metrics::counter!("events_nats_publish_failures_total", "reason" => "no_stream")
                         .increment(1);
                     DeliveryError::Unavailable {
-                        reason: format!("NATS relay {}: {why}", self.config.name),
+                        reason: format!(
+                            "NATS relay {}: the cluster cannot take it now: {e}",
+                            self.config.name
+                        ),
                         retry_after: Duration::from_secs(1),
                     }
-                }
-                Ok(()) => {
-                    self.summarise_timeouts(true);
-                    self.failed("timeout", e.into(), false)
-                }
-            },
-            PublishErrorKind::Other => {
-                let too_large = std::error::Error::source(&e)
-                    .and_then(|s| s.downcast_ref::<jetstream::Error>())
-                    .is_some_and(|j| {
-                        j.error_code() == jetstream::ErrorCode::STREAM_MESSAGE_EXCEEDS_MAXIMUM
-                            || j.error_code() == jetstream::ErrorCode::STREAM_HEADER_EXCEEDS_MAXIMUM
-                    });
-                if too_large {
-                    self.failed("too_large", e.into(), true)
                 } else if !self.connected() {
                     self.unavailable(e)
                 } else {

@@ -26,7 +26,11 @@ pub struct StreamSpec {
     /// The largest message the stream accepts, headers included, in bytes; `None`: no limit of
     /// its own (the server's `max_payload` applies).
     pub max_msg_size: Option<u32>,
-    /// Replicas (default 1).
+    /// Copies of the stream on the servers of a cluster (default 1; 3 to survive one
+    /// server's loss; at most 5, and at most the cluster's servers). A stream of 3 replicas
+    /// takes a publish once 2 of them stored it (the RAFT quorum), elects a new leader within
+    /// seconds when its leader dies, and takes nothing while 2 are down (NATS docs,
+    /// *JetStream clustering*).
     pub replicas: usize,
 }
 
@@ -61,6 +65,12 @@ impl StreamSpec {
         self
     }
 
+    /// With [`replicas`](Self::replicas) set: copies of the stream in a cluster.
+    pub fn replicas(mut self, replicas: usize) -> Self {
+        self.replicas = replicas;
+        self
+    }
+
     fn config(&self) -> stream::Config {
         stream::Config {
             name: self.name.clone(),
@@ -78,7 +88,8 @@ impl StreamSpec {
     /// Creates the stream, or checks it when it exists ([`check`](Self::check)'s rules).
     ///
     /// # Errors
-    /// [`NatsError::Broker`] when the server refuses or cannot be reached;
+    /// [`NatsError::Broker`] when the server refuses or cannot be reached (also when the
+    /// cluster has fewer servers than [`replicas`](Self::replicas): `insufficient resources`);
     /// [`NatsError::StreamMismatch`] when a stream of that name exists with another shape.
     ///
     /// # Cancel safety
@@ -94,15 +105,15 @@ impl StreamSpec {
                     .create_stream(self.config())
                     .await
                     .map_err(NatsError::broker("create stream"))?;
-                let shape = StreamShape::from(&info.cached_info().config);
-                Ok(shape)
+                Ok(StreamShape::from_info(info.cached_info()))
             }
             Err(e) => Err(e),
         }
     }
 
     /// Verifies that the stream exists with these subjects (a superset is fine), file storage,
-    /// this duplicate window or a longer one, and this `max_msg_size` or a larger one.
+    /// this duplicate window or a longer one, this `max_msg_size` or a larger one, and this
+    /// many replicas or more.
     ///
     /// # Errors
     /// [`NatsError::NoStream`], [`NatsError::StreamMismatch`], [`NatsError::Broker`].
@@ -137,6 +148,13 @@ impl StreamSpec {
                 format!("{:?}", shape.duplicate_window),
             );
         }
+        if shape.replicas < self.replicas {
+            return mismatch(
+                "replicas",
+                format!("{} or more", self.replicas),
+                shape.replicas.to_string(),
+            );
+        }
         if let Some(want) = self.max_msg_size {
             if shape.max_msg_size.is_some_and(|have| have < want) {
                 return mismatch(
@@ -163,21 +181,27 @@ pub struct StreamShape {
     pub duplicate_window: Duration,
     /// Its largest message in bytes, headers included (`None`: unlimited).
     pub max_msg_size: Option<u32>,
+    /// Its replicas (1 on a single server).
+    pub replicas: usize,
+    /// The server leading it when it was read (a clustered stream's; `None` on a single server,
+    /// or while it elects one).
+    pub leader: Option<String>,
 }
 
-impl From<&stream::Config> for StreamShape {
-    fn from(c: &stream::Config) -> Self {
+impl StreamShape {
+    fn from_info(info: &stream::Info) -> Self {
+        let c = &info.config;
         StreamShape {
             name: c.name.clone(),
             subjects: c.subjects.clone(),
             file_storage: c.storage == stream::StorageType::File,
             duplicate_window: c.duplicate_window,
             max_msg_size: u32::try_from(c.max_message_size).ok().filter(|&n| n > 0),
+            replicas: c.num_replicas.max(1),
+            leader: info.cluster.as_ref().and_then(|c| c.leader.clone()),
         }
     }
-}
 
-impl StreamShape {
     /// Reads the stream `name` from the server.
     ///
     /// # Errors
@@ -195,6 +219,6 @@ impl StreamShape {
             _ => NatsError::broker("get stream")(e),
         })?;
         let info = s.info().await.map_err(NatsError::broker("stream info"))?;
-        Ok(StreamShape::from(&info.config))
+        Ok(StreamShape::from_info(info))
     }
 }

@@ -29,6 +29,19 @@ use crate::{InboxIdentity, Outbox, OutboxError};
 /// identity it recorded (also after every failed fetch).
 pub const IDENTITY_CHECK_INTERVAL: Duration = Duration::from_secs(30);
 
+/// How long, beyond the consumer's redelivery delay, a three-server JetStream cluster takes
+/// to resume delivering after losing a server — the stream's or the consumer's leader, the
+/// server the clients were connected to — or after getting its quorum back: the election of
+/// a new leader (NATS RAFT: 4 to 9 s), the clients' reconnection, an unconfirmed ack's
+/// time-out, the relay's and the inbox's next round. `tests/tests/nats_cluster.rs` measures
+/// it (BENCHMARKS.md: the worst was 17 s beyond the redelivery delay, a consumer leader's
+/// loss); this is more than twice that.
+///
+/// [`NatsInbox::new`] refuses an [`OutboxConfig::gap_after`](crate::OutboxConfig::gap_after)
+/// that does not exceed the consumer's redelivery delay plus this: a failover must not be
+/// reported as a gap.
+pub const FAILOVER_ALLOWANCE: Duration = Duration::from_secs(45);
+
 /// The NATS JetStream inbox of a consuming service: see the [module docs](super).
 pub struct NatsInbox {
     outbox: Outbox,
@@ -60,7 +73,9 @@ impl NatsInbox {
     /// later one it compares them, and never creates a consumer the store says existed.
     ///
     /// # Errors
-    /// [`NatsError::Config`]; [`NatsError::RetentionTooShort`];
+    /// [`NatsError::Config`] for an invalid configuration, in-transaction handlers not
+    /// allowed, or an [`OutboxConfig::gap_after`](crate::OutboxConfig::gap_after) within the
+    /// redelivery delay plus [`FAILOVER_ALLOWANCE`]; [`NatsError::RetentionTooShort`];
     /// [`NatsError::IdentityChanged`] when the stream or the consumer is not the one recorded
     /// (gone, or created anew); [`NatsError::MessagesLost`] when the stream removed messages
     /// the consumer had not acknowledged; [`NatsError::NoStream`] (first start) or
@@ -109,9 +124,9 @@ impl NatsInbox {
             }
         }
         let gap_after = outbox.config().gap_after;
-        if gap_after <= redelivery {
+        if gap_after <= redelivery + FAILOVER_ALLOWANCE {
             return Err(NatsError::Config(format!(
-                "OutboxConfig::gap_after ({gap_after:?}) must exceed the consumer's redelivery delay ({redelivery:?}: ack wait or its longest backoff step, plus the fetch wait): a message merely awaiting redelivery would be reported as a gap"
+                "OutboxConfig::gap_after ({gap_after:?}) must exceed the consumer's redelivery delay ({redelivery:?}: ack wait or its longest backoff step, plus the fetch wait) plus a cluster's failover ({FAILOVER_ALLOWANCE:?}, FAILOVER_ALLOWANCE): a message merely awaiting redelivery, or a new leader, would be reported as a gap"
             )));
         }
         let name = format!("nats-inbox:{}", config.durable);
