@@ -18,7 +18,7 @@ use async_nats::jetstream;
 use async_trait::async_trait;
 use event_core::{event_handler, DomainEvent, Envelope, EventDescriptor, HandlerError};
 use event_runtime::transport::nats::{
-    InboxConfig, NatsError, NatsInbox, NatsRelay, RelayConfig, StreamSpec,
+    InboxConfig, NatsError, NatsInbox, NatsRelay, RelayConfig, StreamSpec, FAILOVER_ALLOWANCE,
 };
 use event_runtime::{
     Delivery, DeliveryError, Destination, Dispatcher, Outbox, OutboxConfig, OutboxError,
@@ -1008,8 +1008,9 @@ async fn the_inbox_refuses_in_transaction_handlers_unless_allowed() {
     .unwrap();
 }
 
-/// A `gap_after` within the consumer's redelivery delay would report a message merely
-/// awaiting redelivery as a gap: the inbox refuses to start.
+/// A `gap_after` within the consumer's redelivery delay (plus a cluster's failover) would
+/// report a message merely awaiting redelivery or a new leader as a gap: the inbox refuses to
+/// start.
 #[tokio::test]
 async fn the_inbox_refuses_a_gap_after_within_the_redelivery_delay() {
     let Some((_client, js, stream, _prefix)) = with_stream("inbox_gap_after").await else {
@@ -1027,4 +1028,49 @@ async fn the_inbox_refuses_a_gap_after_within_the_redelivery_delay() {
         .unwrap_err();
     let message = event_core::ErrorChain(&e).to_string();
     assert!(message.contains("gap_after"), "{message}");
+
+    // Above the redelivery delay but within a cluster's failover: refused too, naming it.
+    for (gap_after, refused) in [
+        (Duration::from_secs(40), true),
+        (
+            Duration::from_millis(1_500) + FAILOVER_ALLOWANCE + Duration::from_secs(1),
+            false,
+        ),
+    ] {
+        let (_, store) = common::sqlite("nats_inbox_gap_after").await;
+        let outbox = Outbox::builder(store)
+            .dispatcher(Dispatcher::builder_empty().event::<Shipped>())
+            .config(OutboxConfig::default().gap_after(gap_after))
+            .build()
+            .unwrap();
+        match NatsInbox::new(&js, outbox, inbox_config(&stream, "billing")).await {
+            Err(e) => {
+                let message = event_core::ErrorChain(&e).to_string();
+                assert!(refused, "{gap_after:?}: {message}");
+                assert!(message.contains("FAILOVER_ALLOWANCE"), "{message}");
+            }
+            Ok(_) => assert!(!refused, "{gap_after:?} accepted"),
+        }
+    }
+}
+
+/// `connect` takes a cluster's servers comma-separated, and reaches the one that answers when
+/// another on the list does not.
+#[tokio::test]
+async fn connect_takes_servers_comma_separated_and_skips_one_that_does_not_answer() {
+    if nats("connect_list").await.is_none() {
+        return;
+    }
+    let url = std::env::var("EVENTS_TEST_NATS_URL").unwrap();
+    // Port 1 on loopback: nothing listens there.
+    let list = format!("nats://127.0.0.1:1, {url}");
+    let client = event_runtime::transport::nats::connect(&list, "list")
+        .await
+        .unwrap_or_else(|e| panic!("{list}: {}", event_core::ErrorChain(&e)));
+    assert!(client.server_info().port > 1);
+    let e =
+        event_runtime::transport::nats::connect("nats://127.0.0.1:1,nats://127.0.0.1:2", "none")
+            .await
+            .unwrap_err();
+    assert!(matches!(e, NatsError::Connect { .. }), "{e}");
 }
