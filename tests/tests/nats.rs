@@ -966,6 +966,16 @@ async fn events_nats_stream_create_then_check_and_a_check_that_asks_for_more_fai
     let (ok, _, err) = run(check).await;
     assert!(!ok);
     assert!(err.contains("duplicate_window is 120s"), "{err}");
+    // One server: one replica, no leader to name; asking for 3 fails the check.
+    let mut check = cli(&["check", &stream]);
+    check.extend(base.iter().map(|s| s.to_string()));
+    let (ok, out, err) = run(check.clone()).await;
+    assert!(ok, "{err}");
+    assert!(out.contains("replicas          1"), "{out}");
+    check.extend(["--replicas".to_owned(), "3".to_owned()]);
+    let (ok, _, err) = run(check).await;
+    assert!(!ok);
+    assert!(err.contains("replicas is 1, expected 3 or more"), "{err}");
     jetstream::new(client).delete_stream(&stream).await.unwrap();
 }
 

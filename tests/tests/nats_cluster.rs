@@ -169,12 +169,13 @@ impl Services {
         let producer_client = nats::connect(&url, "orders").await.unwrap();
         let consumer_client = nats::connect(&url, "billing").await.unwrap();
         let js = async_nats::jetstream::new(producer_client.clone());
-        StreamSpec::new("EVENTS")
+        let spec = StreamSpec::new("EVENTS")
             .subjects(["cluster.>"])
-            .replicas(3)
-            .create(&js)
-            .await
-            .unwrap();
+            .replicas(3);
+        spec.create(&js).await.unwrap();
+        let shape = spec.check(&js).await.unwrap();
+        assert_eq!(shape.replicas, 3);
+        assert!(shape.leader.is_some(), "{shape:?}");
         // Three quick attempts: a fault that used attempts would dead-letter within a second.
         let relay = NatsRelay::new(
             producer_client.clone(),
