@@ -463,6 +463,17 @@ async fn kill_and_restart(
     (published, handled)
 }
 
+/// A cluster, and both services running on it until the consumer handled 200 events; `None`
+/// when the case is skipped.
+async fn running(test: &str) -> Option<(OwnCluster, Services)> {
+    let cluster = OwnCluster::start()?;
+    cluster.ready().await;
+    let (producer, consumer) = databases(test).await;
+    let services = Services::start(&cluster, &producer, &consumer).await;
+    services.wait_handled(200, "before the kills").await;
+    Some((cluster, services))
+}
+
 /// Both services on their databases: the producer on SQLite, the consumer on PostgreSQL when
 /// it is configured (SQLite otherwise).
 async fn databases(test: &str) -> (Db, Db) {
@@ -480,13 +491,9 @@ async fn killing_the_stream_leader_mid_run_loses_nothing_reorders_nothing_and_us
     let _serial = SERIAL.lock().await;
     log();
     tokio::time::timeout(CASE_CAP, async {
-        let Some(mut cluster) = OwnCluster::start() else {
+        let Some((mut cluster, services)) = running("cluster_leader").await else {
             return;
         };
-        cluster.ready().await;
-        let (producer, consumer) = databases("cluster_leader").await;
-        let services = Services::start(&cluster, &producer, &consumer).await;
-        services.wait_handled(200, "before the kill").await;
         let leader = cluster.stream_leader("EVENTS").await;
         kill_and_restart(&mut cluster, &services, leader, "the stream's leader").await;
         // And the consumer's leader, when another server leads it now.
@@ -512,13 +519,9 @@ async fn killing_the_server_the_clients_are_connected_to_loses_nothing_and_both_
     let _serial = SERIAL.lock().await;
     log();
     tokio::time::timeout(CASE_CAP, async {
-        let Some(mut cluster) = OwnCluster::start() else {
+        let Some((mut cluster, services)) = running("cluster_connected").await else {
             return;
         };
-        cluster.ready().await;
-        let (producer, consumer) = databases("cluster_connected").await;
-        let services = Services::start(&cluster, &producer, &consumer).await;
-        services.wait_handled(200, "before the kill").await;
         let p = cluster.index_of_port(services.producer_client.server_info().port);
         kill_and_restart(&mut cluster, &services, p, "the producer's server").await;
         let c = cluster.index_of_port(services.consumer_client.server_info().port);
@@ -537,13 +540,9 @@ async fn a_stream_without_its_quorum_pauses_the_relay_without_using_attempts_unt
     let _serial = SERIAL.lock().await;
     log();
     tokio::time::timeout(CASE_CAP, async {
-        let Some(mut cluster) = OwnCluster::start() else {
+        let Some((mut cluster, services)) = running("cluster_quorum").await else {
             return;
         };
-        cluster.ready().await;
-        let (producer, consumer) = databases("cluster_quorum").await;
-        let services = Services::start(&cluster, &producer, &consumer).await;
-        services.wait_handled(200, "before the kills").await;
         // Two of three down: the stream cannot store anything (NATS needs 2 of 3 replicas).
         // The leader survives: for about ten seconds it still says it leads, while every
         // publish times out.

@@ -3,7 +3,8 @@
 //! the inbox with an error naming the recorded and the found identity (until an operator
 //! adopts the new one), messages removed before the consumer acked them stop it too, a deleted
 //! stream pauses the relay without using attempts or dead-lettering anything and it resumes by
-//! itself once the stream is back, and the connection's loss and return are logged.
+//! itself once the stream is back, the connection's loss and return are logged, and an
+//! inbox's failing batches are logged once per outage and its end with its length.
 //!
 //! Skipped visibly without `EVENTS_TEST_NATS_URL` (the gate of every NATS suite) or without
 //! the `nats-server` binary; failing instead with `EVENTS_TEST_REQUIRE_SERVICES=1`.
@@ -17,12 +18,12 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
-use event_core::{DomainEvent, Envelope};
+use event_core::{event_handler, DomainEvent, Envelope, HandlerError};
 use event_runtime::cli::{run_with_output, App};
 use event_runtime::transport::nats::{
     self, InboxConfig, NatsError, NatsInbox, NatsRelay, RelayConfig, StreamSpec,
 };
-use event_runtime::{Destination, Dispatcher, Outbox, OutboxConfig, RetryPolicy, Store};
+use event_runtime::{Destination, Dispatcher, Outbox, OutboxConfig, RetryPolicy, Store, Tx};
 use serde::{Deserialize, Serialize};
 
 use common::Db;
@@ -580,4 +581,65 @@ async fn a_broker_restarted_on_its_own_storage_is_the_same_broker() {
             inbox.verify().await.unwrap();
         }
     }
+}
+
+/// Fails while [`REFUSING`] is set: a store or handler that refuses received events for a
+/// while.
+#[event_handler(name = "faults.refuse_at_commit", in_transaction)]
+async fn refuse_at_commit(_: &Envelope<Shipped>, _: &mut Tx) -> Result<(), HandlerError> {
+    if REFUSING.load(std::sync::atomic::Ordering::SeqCst) {
+        return Err(HandlerError::transient(std::io::Error::other(
+            "refusing for now",
+        )));
+    }
+    Ok(())
+}
+
+static REFUSING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// An inbox whose batches fail for a while (its commit refused) logs the outage's first
+/// failure, then nothing more for a minute (it retries every second), and its end with its
+/// length.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inbox_logs_an_outage_once_and_its_end() {
+    if !enabled("inbox_outage_log") {
+        return;
+    }
+    captured();
+    let Some(server) = OwnServer::start() else {
+        return;
+    };
+    let client = server.client().await;
+    let js = jetstream::new(client);
+    stream_spec("EVENTS").create(&js).await.unwrap();
+    let (_, store) = common::sqlite("inbox_outage_log").await;
+    let outbox = Outbox::builder(store)
+        .dispatcher(Dispatcher::builder_empty().handler::<refuse_at_commit>())
+        .build()
+        .unwrap();
+    let durable = format!("outage{}", server.port);
+    let config = InboxConfig::new("EVENTS", &durable)
+        .fetch_wait(Duration::from_millis(300))
+        .allow_in_transaction_handlers(true);
+    let inbox = NatsInbox::new(&js, outbox, config).await.unwrap();
+    let name = inbox.name().to_owned();
+    let cancel = event_runtime::CancellationToken::new();
+    let running = tokio::spawn({
+        let cancel = cancel.clone();
+        async move { inbox.run(cancel, None).await }
+    });
+    publish(&js, "faults.shipped", &[shipped("O", 1)]).await;
+    logged("the outage's first failure", &[&name, "inbox batch failed"]).await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    REFUSING.store(false, std::sync::atomic::Ordering::SeqCst);
+    let back = logged("the outage's end", &[&name, "inbox receiving again after"]).await;
+    assert!(back.contains("WARN") && back.contains("outage_s"), "{back}");
+    let text = String::from_utf8_lossy(&captured().lock().unwrap()).into_owned();
+    let failures = text
+        .lines()
+        .filter(|l| l.contains(&name) && l.contains("inbox batch failed"))
+        .count();
+    assert_eq!(failures, 1, "one line for the outage:\n{text}");
+    cancel.cancel();
+    running.await.unwrap().unwrap();
 }

@@ -184,55 +184,46 @@ impl OwnCluster {
     /// The server leading `stream` now (its index), asked through running servers until one
     /// answers with a leader (30 s at most).
     pub async fn stream_leader(&self, stream: &str) -> usize {
-        let started = Instant::now();
-        loop {
-            for i in (0..3).filter(|&i| self.is_up(i)) {
-                let client = self.client_of(i).await;
-                let js = async_nats::jetstream::new(client);
-                let info = tokio::time::timeout(Duration::from_secs(2), async {
-                    let mut s = js.get_stream(stream).await.ok()?;
-                    s.info().await.ok().cloned()
-                })
-                .await
-                .ok()
-                .flatten();
-                if let Some(leader) = info.and_then(|i| i.cluster).and_then(|c| c.leader) {
-                    return self.index(&leader);
-                }
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "stream {stream} has no leader after 30 s"
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        self.leader(&format!("stream {stream}"), |js| async move {
+            let mut s = js.get_stream(stream).await.ok()?;
+            s.info().await.ok()?.cluster.clone()?.leader
+        })
+        .await
     }
 
     /// The server leading the durable consumer `durable` of `stream` now (its index).
     pub async fn consumer_leader(&self, stream: &str, durable: &str) -> usize {
+        self.leader(&format!("consumer {durable}"), |js| async move {
+            let s = js.get_stream(stream).await.ok()?;
+            let mut c = s
+                .get_consumer::<async_nats::jetstream::consumer::pull::Config>(durable)
+                .await
+                .ok()?;
+            c.info().await.ok()?.cluster.clone()?.leader
+        })
+        .await
+    }
+
+    /// The index of the leader `ask` names, asked through each running server in turn (2 s
+    /// each) until one names it, 30 s at most.
+    async fn leader<F, Fut>(&self, what: &str, ask: F) -> usize
+    where
+        F: Fn(async_nats::jetstream::Context) -> Fut,
+        Fut: std::future::Future<Output = Option<String>>,
+    {
         let started = Instant::now();
         loop {
             for i in (0..3).filter(|&i| self.is_up(i)) {
-                let client = self.client_of(i).await;
-                let js = async_nats::jetstream::new(client);
-                let info = tokio::time::timeout(Duration::from_secs(2), async {
-                    let s = js.get_stream(stream).await.ok()?;
-                    let mut c = s
-                        .get_consumer::<async_nats::jetstream::consumer::pull::Config>(durable)
-                        .await
-                        .ok()?;
-                    c.info().await.ok().cloned()
-                })
-                .await
-                .ok()
-                .flatten();
-                if let Some(leader) = info.and_then(|i| i.cluster).and_then(|c| c.leader) {
+                let js = async_nats::jetstream::new(self.client_of(i).await);
+                if let Ok(Some(leader)) =
+                    tokio::time::timeout(Duration::from_secs(2), ask(js)).await
+                {
                     return self.index(&leader);
                 }
             }
             assert!(
                 started.elapsed() < Duration::from_secs(30),
-                "consumer {durable} has no leader after 30 s"
+                "{what} has no leader after 30 s"
             );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }

@@ -6,7 +6,7 @@
 //! stream's info still names it leader while every publish times out: the replicas' `active`
 //! (time since the leader last heard from each) tells the relay that the quorum is gone.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_nats::jetstream::stream;
 
@@ -90,6 +90,61 @@ impl Health {
     }
 }
 
+/// The stream's leader (a clustered stream's server name; `None` on a single server) as the
+/// relay last saw it, and when it first saw it so.
+#[derive(Debug)]
+pub(super) struct LeaderSeen {
+    name: Option<String>,
+    changed: Instant,
+}
+
+impl Default for LeaderSeen {
+    fn default() -> Self {
+        LeaderSeen {
+            name: None,
+            changed: Instant::now(),
+        }
+    }
+}
+
+impl LeaderSeen {
+    /// Records the leader a probe found; a change (logged, after the first sight) restarts
+    /// the grace within which a publish time-out counts as the election's.
+    pub(super) fn saw(&mut self, leader: Option<String>, relay: &str, stream: &str) {
+        if self.name == leader {
+            return;
+        }
+        if self.name.is_some() {
+            tracing::info!(
+                relay,
+                stream,
+                from = self.name.as_deref().unwrap_or("-"),
+                to = leader.as_deref().unwrap_or("-"),
+                "stream `{stream}` has a new leader"
+            );
+        }
+        self.name = leader;
+        self.changed = Instant::now();
+    }
+
+    /// Why a publish sent at `sent` may have been lost to a change of leader: it went out
+    /// before the relay saw the current leader take over, or within `grace` (one publish
+    /// time-out: the new leader catching up) after; `None` otherwise.
+    pub(super) fn within_election(
+        &self,
+        sent: Instant,
+        grace: Duration,
+        stream: &str,
+    ) -> Option<String> {
+        (sent < self.changed + grace).then(|| {
+            format!(
+                "stream `{stream}` changed leader (now {}) while the publish was in flight",
+                self.name.as_deref().unwrap_or("none")
+            )
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,6 +214,25 @@ mod tests {
             &[("n2", 100, false), ("n3", 100, true)],
         ));
         assert!(h.degraded("S").unwrap().contains("n2 (catching up)"));
+    }
+
+    #[test]
+    fn a_time_out_sent_before_a_new_leader_took_over_is_the_elections() {
+        let mut seen = LeaderSeen::default();
+        let grace = Duration::from_millis(50);
+        seen.saw(Some("n1".into()), "nats:S", "S");
+        std::thread::sleep(grace * 2);
+        let before = Instant::now();
+        assert_eq!(
+            seen.within_election(before, grace, "S"),
+            None,
+            "n1 long in office"
+        );
+        seen.saw(Some("n2".into()), "nats:S", "S");
+        let why = seen.within_election(before, grace, "S").unwrap();
+        assert!(why.contains("changed leader (now n2)"), "{why}");
+        std::thread::sleep(grace * 2);
+        assert_eq!(seen.within_election(Instant::now(), grace, "S"), None);
     }
 
     #[test]

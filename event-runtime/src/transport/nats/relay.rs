@@ -14,8 +14,8 @@ use async_trait::async_trait;
 use event_core::{EventDescriptor, HandlerError};
 use tracing::Instrument;
 
-use super::cluster::Health;
-use super::stream::StreamShape;
+use super::cluster::{Health, LeaderSeen};
+use super::stream::{subject_matches, StreamShape};
 use super::{header_bytes, subject_token, NatsError, CONTENT_TYPE};
 use crate::outbox::destination::Target;
 use crate::{Delivery, DeliveryError, Destination, Outbox, RetryPolicy, Routing};
@@ -185,14 +185,6 @@ pub struct NatsRelay {
     leader: Mutex<LeaderSeen>,
 }
 
-/// The stream's leader (a clustered stream's server name; `None` alone) as the relay last saw
-/// it, and when it first saw a change.
-#[derive(Debug)]
-struct LeaderSeen {
-    name: Option<String>,
-    changed: Instant,
-}
-
 /// One publish as it was sent: on which connection, and when.
 #[derive(Debug, Clone, Copy)]
 struct Sent {
@@ -248,10 +240,7 @@ impl NatsRelay {
                 logged: None,
             }),
             subjects: Mutex::new(Vec::new()),
-            leader: Mutex::new(LeaderSeen {
-                name: None,
-                changed: Instant::now(),
-            }),
+            leader: Mutex::new(LeaderSeen::default()),
         })
     }
 
@@ -413,42 +402,36 @@ impl NatsRelay {
         self.client.statistics().connects.load(Ordering::Relaxed)
     }
 
-    /// Records the stream's leader as a probe found it; a change restarts the grace within
-    /// which a publish time-out counts as the election's, not the message's.
+    /// Records the stream's leader as a probe found it.
     fn saw_leader(&self, leader: Option<String>) {
-        let mut seen = self.leader.lock().unwrap_or_else(|e| e.into_inner());
-        if seen.name != leader {
-            if seen.name.is_some() || leader.is_some() {
-                tracing::info!(
-                    relay = %self.config.name,
-                    stream = %self.config.stream,
-                    from = seen.name.as_deref().unwrap_or("-"),
-                    to = leader.as_deref().unwrap_or("-"),
-                    "stream `{}` has a new leader",
-                    self.config.stream
-                );
-            }
-            seen.name = leader;
-            seen.changed = Instant::now();
-        }
+        self.leader.lock().unwrap_or_else(|e| e.into_inner()).saw(
+            leader,
+            &self.config.name,
+            &self.config.stream,
+        );
     }
 
-    /// Whether a publish `sent` then may have been lost to a change of leader: sent before
-    /// the relay saw the stream's current leader take over, or within one publish time-out
-    /// after (the new leader catching up).
+    /// Why a publish `sent` then may have been lost to a change of the stream's leader.
     fn within_election(&self, sent: Sent) -> Option<String> {
-        let seen = self.leader.lock().unwrap_or_else(|e| e.into_inner());
-        (sent.at < seen.changed + self.config.publish_timeout).then(|| {
-            format!(
-                "stream `{}` changed leader (now {}) while the publish was in flight",
-                self.config.stream,
-                seen.name.as_deref().unwrap_or("none")
-            )
-        })
+        self.leader
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .within_election(sent.at, self.config.publish_timeout, &self.config.stream)
     }
 
     fn unavailable(&self, why: impl std::fmt::Display) -> DeliveryError {
         metrics::counter!("events_nats_publish_failures_total", "reason" => "unavailable")
+            .increment(1);
+        DeliveryError::Unavailable {
+            reason: format!("NATS relay {}: {why}", self.config.name),
+            retry_after: Duration::from_secs(1),
+        }
+    }
+
+    /// Paused because the stream cannot take anything now (missing, no leader, no quorum, an
+    /// election or an absent replica behind a time-out): counted as `no_stream`.
+    fn stream_unavailable(&self, why: impl std::fmt::Display) -> DeliveryError {
+        metrics::counter!("events_nats_publish_failures_total", "reason" => "no_stream")
             .increment(1);
         DeliveryError::Unavailable {
             reason: format!("NATS relay {}: {why}", self.config.name),
@@ -587,17 +570,10 @@ impl NatsRelay {
         match e.kind() {
             // No responders on the subject: no stream captures it (deleted, or not created
             // yet). Waited for, never dead-lettered.
-            PublishErrorKind::StreamNotFound => {
-                metrics::counter!("events_nats_publish_failures_total", "reason" => "no_stream")
-                    .increment(1);
-                DeliveryError::Unavailable {
-                    reason: format!(
-                        "NATS relay {}: no stream captures `{subject}` (stream `{}` missing?)",
-                        self.config.name, self.config.stream
-                    ),
-                    retry_after: Duration::from_secs(1),
-                }
-            }
+            PublishErrorKind::StreamNotFound => self.stream_unavailable(format!(
+                "no stream captures `{subject}` (stream `{}` missing?)",
+                self.config.stream
+            )),
             PublishErrorKind::TimedOut | PublishErrorKind::BrokenPipe if !self.connected() => {
                 self.unavailable(e)
             }
@@ -621,14 +597,7 @@ impl NatsRelay {
                         .or_else(|| health.degraded(&self.config.stream)),
                 };
                 match why {
-                    Some(why) => {
-                        metrics::counter!("events_nats_publish_failures_total", "reason" => "no_stream")
-                            .increment(1);
-                        DeliveryError::Unavailable {
-                            reason: format!("NATS relay {}: {why}", self.config.name),
-                            retry_after: Duration::from_secs(1),
-                        }
-                    }
+                    Some(why) => self.stream_unavailable(why),
                     None => {
                         self.summarise_timeouts(true);
                         self.failed("timeout", e.into(), false)
@@ -658,15 +627,7 @@ impl NatsRelay {
                 if too_large {
                     self.failed("too_large", e.into(), true)
                 } else if cluster {
-                    metrics::counter!("events_nats_publish_failures_total", "reason" => "no_stream")
-                        .increment(1);
-                    DeliveryError::Unavailable {
-                        reason: format!(
-                            "NATS relay {}: the cluster cannot take it now: {e}",
-                            self.config.name
-                        ),
-                        retry_after: Duration::from_secs(1),
-                    }
+                    self.stream_unavailable(format!("the cluster cannot take it now: {e}"))
                 } else if !self.connected() {
                     self.unavailable(e)
                 } else {
@@ -727,21 +688,6 @@ impl Destination for NatsRelay {
     }
 }
 
-/// Whether the subject filter `filter` (`*` one token, `>` the rest) matches `subject`.
-pub(crate) fn subject_matches(filter: &str, subject: &str) -> bool {
-    let mut f = filter.split('.');
-    let mut s = subject.split('.');
-    loop {
-        match (f.next(), s.next()) {
-            (Some(">"), Some(_)) => return true,
-            (Some("*"), Some(_)) => {}
-            (Some(a), Some(b)) if a == b => {}
-            (None, None) => return true,
-            _ => return false,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -756,10 +702,5 @@ mod tests {
             c.subject_of("order.placed", "A.1 *>"),
             "events.order.placed.A_1___"
         );
-        assert!(subject_matches("events.>", "events.order.placed"));
-        assert!(subject_matches("events.*.placed", "events.order.placed"));
-        assert!(!subject_matches("events.*", "events.order.placed"));
-        assert!(!subject_matches("events.>", "events"));
-        assert!(subject_matches("a.b", "a.b"));
     }
 }

@@ -222,3 +222,32 @@ impl StreamShape {
         Ok(StreamShape::from_info(info))
     }
 }
+
+/// Whether the subject filter `filter` (`*` one token, `>` the rest) matches `subject`.
+pub(crate) fn subject_matches(filter: &str, subject: &str) -> bool {
+    let mut f = filter.split('.');
+    let mut s = subject.split('.');
+    loop {
+        match (f.next(), s.next()) {
+            (Some(">"), Some(_)) => return true,
+            (Some("*"), Some(_)) => {}
+            (Some(a), Some(b)) if a == b => {}
+            (None, None) => return true,
+            _ => return false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::subject_matches;
+
+    #[test]
+    fn subject_filters() {
+        assert!(subject_matches("events.>", "events.order.placed"));
+        assert!(subject_matches("events.*.placed", "events.order.placed"));
+        assert!(!subject_matches("events.*", "events.order.placed"));
+        assert!(!subject_matches("events.>", "events"));
+        assert!(subject_matches("a.b", "a.b"));
+    }
+}

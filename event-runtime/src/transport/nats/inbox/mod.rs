@@ -506,8 +506,9 @@ impl NatsInbox {
     }
 
     /// Receives batches until `cancel` fires or, with `idle`, until no message has arrived for
-    /// that long. A failed batch is logged and retried after a second (its messages are
-    /// redelivered); the loop stops only on a verdict about the broker's data.
+    /// that long. A failed batch is retried after a second (its messages are redelivered);
+    /// an outage's first failure is logged (warn), then at most one line a minute, and its end
+    /// with its length. The loop stops only on a verdict about the broker's data.
     ///
     /// # Errors
     /// [`NatsError::IdentityChanged`] and [`NatsError::MessagesLost`] ([`NatsError::is_fatal`]):
@@ -524,6 +525,8 @@ impl NatsInbox {
     ) -> Result<InboxReport, NatsError> {
         let mut total = InboxReport::default();
         let mut last = Instant::now();
+        // Failing since, failures since the last warning, and when that was.
+        let mut failing: Option<(Instant, u64, Instant)> = None;
         while !cancel.is_cancelled() {
             match self.receive().await {
                 Ok(r) => {
@@ -531,13 +534,28 @@ impl NatsInbox {
                         last = Instant::now();
                     }
                     total += r;
+                    if let Some((since, _, _)) = failing.take() {
+                        tracing::warn!(inbox = %self.name, outage_s = since.elapsed().as_secs_f64(), "inbox receiving again after {}", crate::outbox::pause::human(since.elapsed()));
+                    }
                 }
                 Err(e) if e.is_fatal() => {
                     tracing::error!(inbox = %self.name, error = %event_core::ErrorChain(&e), "inbox stopped");
                     return Err(e);
                 }
                 Err(e) => {
-                    tracing::warn!(inbox = %self.name, error = %event_core::ErrorChain(&e), "inbox batch failed; retrying");
+                    // The first failure of an outage, then at most one line a minute (a
+                    // cluster electing a leader, a broker away): each batch is retried.
+                    let now = Instant::now();
+                    let first = failing.is_none();
+                    let (since, count, warned) = failing.get_or_insert((now, 0, now));
+                    *count += 1;
+                    if first || warned.elapsed() >= Duration::from_secs(60) {
+                        tracing::warn!(inbox = %self.name, error = %event_core::ErrorChain(&e), failures = *count, failing_s = since.elapsed().as_secs(), "inbox batch failed; retrying every second");
+                        *warned = now;
+                        *count = 0;
+                    } else {
+                        tracing::debug!(inbox = %self.name, error = %event_core::ErrorChain(&e), "inbox batch failed; retrying");
+                    }
                     tokio::select! {
                         _ = cancel.cancelled() => {}
                         _ = tokio::time::sleep(Duration::from_secs(1)) => {}
