@@ -976,6 +976,19 @@ async fn events_nats_stream_create_then_check_and_a_check_that_asks_for_more_fai
     let (ok, _, err) = run(check).await;
     assert!(!ok);
     assert!(err.contains("replicas is 1, expected 3 or more"), "{err}");
+    // Creating one of 3 replicas on a server outside a cluster, or of 0: refused, saying why.
+    let js = jetstream::new(client.clone());
+    for (replicas, says) in [(3, "not part of a cluster"), (0, "replicas must be 1 to 5")] {
+        let (other, prefix) = names();
+        let e = StreamSpec::new(&other)
+            .subjects([format!("{prefix}.>")])
+            .replicas(replicas)
+            .create(&js)
+            .await
+            .unwrap_err();
+        let text = event_core::ErrorChain(&e).to_string();
+        assert!(text.contains(says), "{replicas}: {text}");
+    }
     jetstream::new(client).delete_stream(&stream).await.unwrap();
 }
 
@@ -1083,4 +1096,31 @@ async fn connect_takes_servers_comma_separated_and_skips_one_that_does_not_answe
             .await
             .unwrap_err();
     assert!(matches!(e, NatsError::Connect { .. }), "{e}");
+
+    // A host name that does not resolve is left out, whatever order the list is tried in.
+    for _ in 0..5 {
+        let list = format!("nats://no-such-host.invalid:4222,{url}");
+        event_runtime::transport::nats::connect(&list, "list")
+            .await
+            .unwrap_or_else(|e| panic!("{list}: {}", event_core::ErrorChain(&e)));
+    }
+    // No server, none that resolves, or an entry that is no NATS URL: said, naming it.
+    for (list, says) in [
+        (",", "no server given"),
+        (" ", "no server given"),
+        (
+            "nats://no-such-host.invalid:4222",
+            "no server's host name resolves",
+        ),
+        (
+            "http://127.0.0.1:4222",
+            "`http://127.0.0.1:4222` is not a NATS server URL",
+        ),
+    ] {
+        let e = event_runtime::transport::nats::connect(list, "list")
+            .await
+            .unwrap_err();
+        let text = event_core::ErrorChain(&e).to_string();
+        assert!(text.contains(says), "{list}: {text}");
+    }
 }

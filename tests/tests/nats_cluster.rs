@@ -25,6 +25,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use event_core::{event_handler, DomainEvent, Envelope, HandlerError};
+use event_runtime::cli::{run_with_output, App};
 use event_runtime::transport::nats::{
     self, InboxConfig, NatsInbox, NatsRelay, RelayConfig, StreamSpec, FAILOVER_ALLOWANCE,
 };
@@ -567,6 +568,17 @@ async fn a_stream_without_its_quorum_pauses_the_relay_without_using_attempts_unt
         )
         .await;
         assert_eq!(attempts, Some(0), "a lost quorum uses no attempt");
+        // The tool says so too.
+        let argv = ["events", "nats", "stream", "check", "EVENTS", "--subject", "cluster.>", "--nats"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([cluster.url()])
+            .collect::<Vec<_>>();
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let code = run_with_output(argv, App::standalone(), &mut out, &mut err).await;
+        let err = String::from_utf8_lossy(&err);
+        assert_ne!(code, std::process::ExitCode::SUCCESS, "{err}");
+        assert!(err.contains("lost its quorum") || err.contains("did not answer"), "{err}");
 
         assert!(cluster.up(others[0]));
         let back_ms = now_ms();

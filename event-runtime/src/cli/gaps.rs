@@ -50,7 +50,7 @@ pub(super) enum GapsCommand {
         /// The stream it consumes
         #[arg(long, value_name = "S", default_value = "EVENTS")]
         stream: String,
-        /// NATS server URL [env: EVENTS_NATS_URL] [default: nats://127.0.0.1:4222]
+        /// NATS server URL, or a cluster's servers comma-separated [env: EVENTS_NATS_URL] [default: nats://127.0.0.1:4222]
         #[arg(long, value_name = "URL")]
         nats: Option<String>,
         /// Start at this stream sequence instead of the consumer's first unacknowledged

@@ -47,7 +47,7 @@ pub(super) struct InboxArgs {
     /// The stream it consumes
     #[arg(long, default_value = "EVENTS")]
     stream: String,
-    /// NATS server URL [env: EVENTS_NATS_URL] [default: nats://127.0.0.1:4222]
+    /// NATS server URL, or a cluster's servers comma-separated [env: EVENTS_NATS_URL] [default: nats://127.0.0.1:4222]
     #[arg(long, value_name = "URL")]
     nats: Option<String>,
 }
@@ -152,7 +152,7 @@ pub(super) struct StreamArgs {
     /// The stream name
     #[arg(default_value = "EVENTS")]
     name: String,
-    /// NATS server URL [env: EVENTS_NATS_URL] [default: nats://127.0.0.1:4222]
+    /// NATS server URL, or a cluster's servers comma-separated [env: EVENTS_NATS_URL] [default: nats://127.0.0.1:4222]
     #[arg(long, value_name = "URL")]
     nats: Option<String>,
     /// A subject the stream captures (repeat for several)
@@ -189,7 +189,22 @@ pub(super) async fn stream(command: StreamCommand, io: &mut Io<'_>) -> Result<()
         spec.check(&js).await
     }
     .map_err(CliError::Nats)?;
-    print(&shape, io)
+    // A clustered stream that exists may still take nothing (no quorum) or run short of a
+    // replica: said, and the first fails the check.
+    match crate::transport::nats::replica_trouble(&js, &shape.name).await {
+        Ok(None) => print(&shape, io),
+        Ok(Some(warning)) => {
+            print(&shape, io)?;
+            writeln!(io.err, "warning: {warning}")?;
+            Ok(())
+        }
+        Err(why) => {
+            print(&shape, io)?;
+            Err(CliError::Refused(format!(
+                "{why}: it takes no events until that changes"
+            )))
+        }
+    }
 }
 
 fn print(s: &StreamShape, io: &mut Io<'_>) -> Result<(), CliError> {

@@ -160,8 +160,9 @@ pub struct Args {
     /// so a second pair of services on the same server takes another prefix.
     #[arg(long, value_name = "PREFIX", default_value = DEFAULT_SUBJECT_PREFIX)]
     pub subject_prefix: String,
-    /// Copies of the stream when it is created: 3 on a three-server cluster (`--nats` then
-    /// lists the servers, comma-separated), so that it survives one server's loss.
+    /// Copies of the stream when `orders` creates it: 3 on a three-server cluster (`--nats`
+    /// then lists the servers, comma-separated), so that it survives one server's loss. An
+    /// existing stream with fewer is refused (the stream is not changed).
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub stream_replicas: usize,
 }
@@ -267,7 +268,7 @@ pub enum RunError {
     #[error("cannot read the projections")]
     Read(#[source] StoreError),
     /// NATS JetStream could not be reached, or its stream refused the relay's checks.
-    #[error("cannot publish to NATS JetStream")]
+    #[error("NATS JetStream cannot be reached, or refused the stream or the relay")]
     Nats(#[source] event_runtime::transport::nats::NatsError),
 }
 

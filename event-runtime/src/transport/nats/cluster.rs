@@ -90,12 +90,35 @@ impl Health {
     }
 }
 
+/// What is wrong with the replicas of stream `name` now, for `events nats stream check`:
+/// `Err` when it cannot take a publish (no leader, no quorum), `Ok(Some)` when a replica is
+/// away or behind, `Ok(None)` when all is well or the stream is not clustered.
+#[cfg(feature = "cli")]
+pub(crate) async fn replica_trouble(
+    js: &async_nats::jetstream::Context,
+    name: &str,
+) -> Result<Option<String>, String> {
+    let info = js
+        .get_stream(name)
+        .await
+        .map_err(|e| format!("stream `{name}` did not answer: {e}"))?
+        .cached_info()
+        .clone();
+    let health = Health::of(&info);
+    match health.unavailable(name) {
+        Some(why) => Err(why),
+        None => Ok(health.degraded(name)),
+    }
+}
+
 /// The stream's leader (a clustered stream's server name; `None` on a single server) as the
 /// relay last saw it, and when it first saw it so.
 #[derive(Debug)]
 pub(super) struct LeaderSeen {
     name: Option<String>,
     changed: Instant,
+    /// Whether a probe has seen the stream at all (the first sight is not a change).
+    seen: bool,
 }
 
 impl Default for LeaderSeen {
@@ -103,6 +126,7 @@ impl Default for LeaderSeen {
         LeaderSeen {
             name: None,
             changed: Instant::now(),
+            seen: false,
         }
     }
 }
@@ -112,17 +136,38 @@ impl LeaderSeen {
     /// the grace within which a publish time-out counts as the election's.
     pub(super) fn saw(&mut self, leader: Option<String>, relay: &str, stream: &str) {
         if self.name == leader {
+            self.seen = true;
             return;
         }
-        if self.name.is_some() {
-            tracing::info!(
-                relay,
-                stream,
-                from = self.name.as_deref().unwrap_or("-"),
-                to = leader.as_deref().unwrap_or("-"),
-                "stream `{stream}` has a new leader"
-            );
+        match (&self.name, &leader) {
+            (Some(from), Some(to)) => {
+                tracing::info!(
+                    relay,
+                    stream,
+                    from,
+                    to,
+                    "stream `{stream}` has a new leader: {to}"
+                )
+            }
+            (Some(from), None) => {
+                tracing::info!(
+                    relay,
+                    stream,
+                    from,
+                    "stream `{stream}` has no leader (was {from})"
+                )
+            }
+            (None, Some(to)) if self.seen => {
+                tracing::info!(
+                    relay,
+                    stream,
+                    to,
+                    "stream `{stream}` has a leader again: {to}"
+                )
+            }
+            _ => {}
         }
+        self.seen = true;
         self.name = leader;
         self.changed = Instant::now();
     }

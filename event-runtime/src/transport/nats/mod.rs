@@ -281,7 +281,7 @@ pub enum NatsError {
     #[error("dead letter {0} still does not decode")]
     Replay(i64, #[source] event_core::DecodeError),
     /// A configuration value is invalid.
-    #[error("invalid inbox configuration: {0}")]
+    #[error("invalid NATS configuration: {0}")]
     Config(String),
     /// The consuming outbox refused the batch.
     #[error("committing received events failed")]
@@ -318,6 +318,9 @@ pub(crate) async fn observe_identity(
     let o = inbox::observe(js, stream, durable).await?;
     Ok((o.stream_created, o.consumer.map(|(created, _)| created)))
 }
+
+#[cfg(feature = "cli")]
+pub(crate) use cluster::replica_trouble;
 
 /// `url` with credentials masked (`nats://***@host:4222`), each server of a comma-separated
 /// list alike.
@@ -398,22 +401,67 @@ pub async fn connect(url: &str, component: &str) -> Result<async_nats::Client, N
                 }
             }
         });
-    // A cluster's servers, comma-separated: async-nats takes a list of addresses, not one
-    // string holding several. It tries them in turn, and learns the cluster's other servers
-    // from the one it reaches (their INFO `connect_urls`) to reconnect to when that one dies.
-    let servers: Vec<&str> = url
+    let connect_error = |error: async_nats::Error| NatsError::Connect {
+        component: component.to_owned(),
+        url: shown.clone(),
+        error,
+    };
+    let servers = servers(url, component)
+        .await
+        .map_err(|e| connect_error(e.into()))?;
+    options
+        .connect(servers)
+        .await
+        .map_err(|e| connect_error(e.into()))
+}
+
+/// The servers of `url`, comma-separated (blanks around them and empty entries ignored):
+/// async-nats takes a list of addresses, not one string holding several. It tries them in
+/// turn, and learns the cluster's other servers from the one it reaches (their INFO
+/// `connect_urls`) to reconnect to when that one dies. An entry that is not a NATS URL is
+/// refused, naming it; a host name that does not resolve now is left out with a warning
+/// naming it (async-nats would abort the whole connect on it, or not, depending on the
+/// order it shuffled the list into), unless no entry is left.
+async fn servers(url: &str, component: &str) -> Result<Vec<async_nats::ServerAddr>, String> {
+    let entries: Vec<&str> = url
         .split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
         .collect();
-    options
-        .connect(servers)
-        .await
-        .map_err(|e| NatsError::Connect {
-            component: component.to_owned(),
-            url: shown,
-            error: e.into(),
-        })
+    if entries.is_empty() {
+        return Err(
+            "no server given (a URL such as nats://127.0.0.1:4222, or several comma-separated)"
+                .into(),
+        );
+    }
+    let mut servers = Vec::new();
+    let mut unresolved = Vec::new();
+    for entry in entries {
+        let addr: async_nats::ServerAddr = entry
+            .parse()
+            .map_err(|e| format!("`{}` is not a NATS server URL: {e}", redact_url(entry)))?;
+        let host = match addr.host() {
+            h if h.contains(':') && !h.starts_with('[') => format!("[{h}]"),
+            h => h.to_owned(),
+        };
+        let resolved = tokio::net::lookup_host(format!("{host}:{}", addr.port()))
+            .await
+            .map(drop);
+        match resolved {
+            Ok(()) => servers.push(addr),
+            Err(e) => unresolved.push(format!("`{}` ({e})", redact_url(entry))),
+        }
+    }
+    if servers.is_empty() {
+        return Err(format!(
+            "no server's host name resolves: {}",
+            unresolved.join(", ")
+        ));
+    }
+    if !unresolved.is_empty() {
+        tracing::warn!(component, left_out = %unresolved.join(", "), "NATS servers left out: their host names do not resolve");
+    }
+    Ok(servers)
 }
 
 /// The bytes of the header block the relay sends (`NATS/1.0`, `Nats-Msg-Id` with a

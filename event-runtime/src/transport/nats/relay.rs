@@ -511,7 +511,9 @@ impl NatsRelay {
         let limit = PROBE_TIMEOUT.min(self.config.publish_timeout);
         let stream = tokio::time::timeout(limit, self.js.get_stream(name))
             .await
-            .map_err(|_| format!("stream `{name}` did not answer within {limit:?}"))?
+            .map_err(|_| {
+                format!("stream `{name}` did not answer within {limit:?} (no leader: a cluster electing one, or without its quorum?)")
+            })?
             .map_err(|e| match e.kind() {
                 jetstream::context::GetStreamErrorKind::JetStream(j)
                     if j.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND =>
@@ -569,11 +571,15 @@ impl NatsRelay {
     ) -> DeliveryError {
         match e.kind() {
             // No responders on the subject: no stream captures it (deleted, or not created
-            // yet). Waited for, never dead-lettered.
-            PublishErrorKind::StreamNotFound => self.stream_unavailable(format!(
-                "no stream captures `{subject}` (stream `{}` missing?)",
-                self.config.stream
-            )),
+            // yet), or a clustered stream has no leader to take it (electing one). The probe
+            // says which. Waited for, never dead-lettered.
+            PublishErrorKind::StreamNotFound => match self.stream_ready().await {
+                Err(why) => self.stream_unavailable(why),
+                Ok(_) => self.stream_unavailable(format!(
+                    "no stream captures `{subject}` (stream `{}` missing?)",
+                    self.config.stream
+                )),
+            },
             PublishErrorKind::TimedOut | PublishErrorKind::BrokenPipe if !self.connected() => {
                 self.unavailable(e)
             }

@@ -88,8 +88,9 @@ impl StreamSpec {
     /// Creates the stream, or checks it when it exists ([`check`](Self::check)'s rules).
     ///
     /// # Errors
-    /// [`NatsError::Broker`] when the server refuses or cannot be reached (also when the
-    /// cluster has fewer servers than [`replicas`](Self::replicas): `insufficient resources`);
+    /// [`NatsError::Broker`] when the server refuses or cannot be reached;
+    /// [`NatsError::Config`] when [`replicas`](Self::replicas) is not 1 to 5, or more than
+    /// the cluster has servers (or more than 1 on a server outside a cluster);
     /// [`NatsError::StreamMismatch`] when a stream of that name exists with another shape.
     ///
     /// # Cancel safety
@@ -101,10 +102,31 @@ impl StreamSpec {
                 Ok(shape)
             }
             Err(NatsError::NoStream(_)) => {
-                let info = js
-                    .create_stream(self.config())
-                    .await
-                    .map_err(NatsError::broker("create stream"))?;
+                if !(1..=5).contains(&self.replicas) {
+                    return Err(NatsError::Config(format!(
+                        "stream `{}`: replicas must be 1 to 5 (NATS's limit), not {}",
+                        self.name, self.replicas
+                    )));
+                }
+                let info = js.create_stream(self.config()).await.map_err(|e| {
+                    let code = match e.kind() {
+                        jetstream::context::CreateStreamErrorKind::JetStream(j) => {
+                            Some(j.error_code())
+                        }
+                        _ => None,
+                    };
+                    match code {
+                        Some(jetstream::ErrorCode::CLUSTER_NO_PEERS) => NatsError::Config(format!(
+                            "stream `{}` wants {} replicas, and the cluster has fewer servers with JetStream to hold them (each replica needs a server of its own): lower the replicas, or start more servers ({e})",
+                            self.name, self.replicas
+                        )),
+                        Some(jetstream::ErrorCode::STREAM_REPLICAS_NOT_SUPPORTED) => NatsError::Config(format!(
+                            "stream `{}` wants {} replicas, and the server is not part of a cluster: use 1 replica, or run a cluster ({e})",
+                            self.name, self.replicas
+                        )),
+                        _ => NatsError::broker("create stream")(e),
+                    }
+                })?;
                 Ok(StreamShape::from_info(info.cached_info()))
             }
             Err(e) => Err(e),
@@ -216,6 +238,10 @@ impl StreamShape {
             {
                 NatsError::NoStream(name.to_owned())
             }
+            jetstream::context::GetStreamErrorKind::Request => NatsError::Broker(
+                "get stream",
+                format!("stream `{name}` did not answer ({e}): it has no leader (a cluster electing one, or without its quorum), or the server is unreachable").into(),
+            ),
             _ => NatsError::broker("get stream")(e),
         })?;
         let info = s.info().await.map_err(NatsError::broker("stream info"))?;
