@@ -210,9 +210,10 @@ pub struct StreamShape {
     pub leader: Option<String>,
 }
 
-impl StreamShape {
-    fn from_info(info: &stream::Info) -> Self {
-        let c = &info.config;
+/// A stream's shape from its configuration alone: [`leader`](StreamShape::leader) is `None`
+/// (only the stream's info names it: [`StreamShape::fetch`]).
+impl From<&stream::Config> for StreamShape {
+    fn from(c: &stream::Config) -> Self {
         StreamShape {
             name: c.name.clone(),
             subjects: c.subjects.clone(),
@@ -220,7 +221,16 @@ impl StreamShape {
             duplicate_window: c.duplicate_window,
             max_msg_size: u32::try_from(c.max_message_size).ok().filter(|&n| n > 0),
             replicas: c.num_replicas.max(1),
+            leader: None,
+        }
+    }
+}
+
+impl StreamShape {
+    fn from_info(info: &stream::Info) -> Self {
+        StreamShape {
             leader: info.cluster.as_ref().and_then(|c| c.leader.clone()),
+            ..StreamShape::from(&info.config)
         }
     }
 
