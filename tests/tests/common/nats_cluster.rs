@@ -154,30 +154,32 @@ impl OwnCluster {
         panic!("server {} at {url} does not answer", self.nodes[i].name);
     }
 
-    /// A client of the running servers that answers JetStream requests (60 s at most:
-    /// the cluster elects its meta leader first).
+    /// A client of the running servers once the cluster can place a stream of one replica per
+    /// running server (60 s at most: it elects its meta leader, then learns its peers): a
+    /// probe stream is created and deleted.
     pub async fn ready(&self) -> async_nats::Client {
         let started = Instant::now();
         let up: Vec<usize> = (0..3).filter(|&i| self.is_up(i)).collect();
         let client = self.client_of(up[0]).await;
+        let js = async_nats::jetstream::new(client.clone());
+        let probe = async_nats::jetstream::stream::Config {
+            name: "CLUSTER_READY_PROBE".into(),
+            subjects: vec!["cluster-ready-probe".into()],
+            num_replicas: up.len(),
+            ..Default::default()
+        };
         loop {
-            // The account's JetStream info, answered once a meta leader is elected (asked
-            // raw: async-nats's `Account` wants fields a 2.9 server does not send).
-            let answer = tokio::time::timeout(
-                Duration::from_secs(2),
-                client.request("$JS.API.INFO", Default::default()),
-            )
-            .await;
-            if let Ok(Ok(m)) = answer {
-                if !String::from_utf8_lossy(&m.payload).contains("\"error\"") {
-                    return client;
-                }
+            let created =
+                tokio::time::timeout(Duration::from_secs(5), js.create_stream(probe.clone())).await;
+            if let Ok(Ok(_)) = created {
+                let _ = js.delete_stream("CLUSTER_READY_PROBE").await;
+                return client;
             }
             assert!(
                 started.elapsed() < Duration::from_secs(60),
-                "the cluster's JetStream did not become ready in 60 s"
+                "the cluster's JetStream did not become ready in 60 s: {created:?}"
             );
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
 
