@@ -419,20 +419,21 @@ impl NatsRelay {
             .within_election(sent.at, self.config.publish_timeout, &self.config.stream)
     }
 
+    /// Paused because the client is not connected (or the publish's connection was lost):
+    /// counted as `unavailable`.
     fn unavailable(&self, why: impl std::fmt::Display) -> DeliveryError {
-        metrics::counter!("events_nats_publish_failures_total", "reason" => "unavailable")
-            .increment(1);
-        DeliveryError::Unavailable {
-            reason: format!("NATS relay {}: {why}", self.config.name),
-            retry_after: Duration::from_secs(1),
-        }
+        self.paused("unavailable", why)
     }
 
     /// Paused because the stream cannot take anything now (missing, no leader, no quorum, an
     /// election or an absent replica behind a time-out): counted as `no_stream`.
     fn stream_unavailable(&self, why: impl std::fmt::Display) -> DeliveryError {
-        metrics::counter!("events_nats_publish_failures_total", "reason" => "no_stream")
-            .increment(1);
+        self.paused("no_stream", why)
+    }
+
+    /// The relay paused (no attempt used), asked again in a second; counted under `reason`.
+    fn paused(&self, reason: &'static str, why: impl std::fmt::Display) -> DeliveryError {
+        metrics::counter!("events_nats_publish_failures_total", "reason" => reason).increment(1);
         DeliveryError::Unavailable {
             reason: format!("NATS relay {}: {why}", self.config.name),
             retry_after: Duration::from_secs(1),
