@@ -218,9 +218,9 @@ pub use outbox::{
 };
 pub use store::{
     AuditEntry, Backlog, ConnectOptions, DatabaseError, DeadLetter, DeadLetterFilter,
-    DeadLetterReason, DestinationBacklog, DestinationReport, FromSql, HandlerStats, InboxIdentity,
-    OutboxStats, PausedDestination, Query, RepublishReport, RepublishSelection, Resolution, Row,
-    SqlValue, Store, StoreError, ToSql, Tx,
+    DeadLetterReason, DestinationBacklog, DestinationReport, FromSql, GroupMember, GroupView,
+    HandlerStats, InboxIdentity, OutboxStats, PartitionLease, PausedDestination, Query,
+    RepublishReport, RepublishSelection, Resolution, Row, SqlValue, Store, StoreError, ToSql, Tx,
 };
 /// Re-exported: the token [`Outbox::spawn_workers_with`] stops on.
 pub use tokio_util::sync::CancellationToken;

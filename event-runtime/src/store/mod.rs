@@ -19,6 +19,7 @@ pub mod backend;
 mod conflicts;
 mod error;
 mod gaps;
+mod group;
 mod inbox;
 mod operator;
 #[cfg(feature = "postgres")]
@@ -48,6 +49,7 @@ pub use backend::{Backend, BackendTransaction, RepublishSelection};
 pub(crate) use conflicts::Place;
 pub use error::{DatabaseError, StoreError};
 pub use gaps::GapAcceptance;
+pub use group::{GroupMember, GroupView, PartitionLease};
 pub use inbox::InboxIdentity;
 pub use query::{Query, Row};
 pub use republish::RepublishReport;
@@ -197,6 +199,8 @@ fn backend_for(url: &str) -> Result<&'static BackendEntry, StoreError> {
 /// | `event_paused_destinations` | pause of a destination | `destination`, `paused_by`, `reason`, `expires_at` (runtime pauses) |
 /// | `event_dead_letters` | delivery that failed for good, or message an inbox could not accept | original `envelope`, `handler` (the inbox's name for `kind` `inbox`), `attempts`, first and last failure time, `reason`, `error_chain` (JSON array), `resolved_at` / `resolution` after a replay or purge, `origin` (inbox dead letters) |
 /// | `event_audit_log` | operator action (replay, purge, pause, resume, handler purge / re-target, inbox adopt) | `action`, `actor`, `reason`, `at`, `dead_letter_ids` (JSON array), `count` |
+/// | `event_inbox_members` | instance of a group of inboxes | `group_name`, `member`, `started_at`, `renewed_at`, `expires_at` (its lease: [`GroupMember`]) |
+/// | `event_inbox_partitions` | partition a group consumed | `group_name`, `partition_no`, `owner` (`NULL`: released), `taken_at`, `expires_at` ([`PartitionLease`]) |
 /// | `event_inbox_identity` | transport inbox | `inbox`, `stream`, `stream_created`, `consumer_created` (the broker's creation times: [`InboxIdentity`]) |
 /// | `event_relay_chain` | (relay, aggregate) | the last sequence the relay published and the predecessor it named (`prevsequence`), `published_at` |
 /// | `event_inbox_chain` | place of a received aggregate's chain | aggregate, `sequence`, `previous`, `state` (`released`, `held`, `dead`, `skipped`), `event_id` |

@@ -39,6 +39,7 @@ use super::types::{
     OutboxStats, PausedDestination, Resolution,
 };
 use super::value::Datum;
+use super::GroupView;
 use super::InboxIdentity;
 use super::{StoreError, Tx};
 use crate::inbox::Origin;
@@ -369,6 +370,42 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
         reason: &str,
         now: i64,
     ) -> Result<Option<AuditEntry>, StoreError>;
+
+    /// Renews `member`'s lease in `group` (joining it) and those of the partitions it holds
+    /// that have not expired at `now`, to `expires`; deletes the members whose lease expired
+    /// before `forget_before`; returns the group at `now`. One transaction.
+    async fn group_beat(
+        &self,
+        group: &str,
+        member: &str,
+        now: i64,
+        expires: i64,
+        forget_before: i64,
+    ) -> Result<GroupView, StoreError>;
+
+    /// Gives `partition` of `group` to `member` until `expires` when nobody holds it at `now`
+    /// or `member` does; whether it did.
+    async fn claim_partition(
+        &self,
+        group: &str,
+        partition: u32,
+        member: &str,
+        now: i64,
+        expires: i64,
+    ) -> Result<bool, StoreError>;
+
+    /// Releases the partitions (all with `None`) `member` holds in `group`; with `leave`,
+    /// deletes its row too. One transaction; how many were released.
+    async fn release_partitions(
+        &self,
+        group: &str,
+        member: &str,
+        partitions: Option<&[u32]>,
+        leave: bool,
+    ) -> Result<u64, StoreError>;
+
+    /// The members and partitions of `group` at `now`.
+    async fn group_view(&self, group: &str, now: i64) -> Result<GroupView, StoreError>;
 
     /// The identity recorded for the transport inbox `inbox`.
     async fn inbox_identity(&self, inbox: &str) -> Result<Option<InboxIdentity>, StoreError>;

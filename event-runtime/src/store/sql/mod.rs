@@ -15,6 +15,7 @@ pub(crate) mod delivery;
 mod dialect;
 pub(crate) mod exec;
 pub(crate) mod gaps;
+pub(crate) mod group;
 pub(crate) mod inbox;
 pub(crate) mod maintenance;
 pub(crate) mod operator;

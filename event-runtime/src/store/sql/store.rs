@@ -8,8 +8,9 @@ use uuid::Uuid;
 
 use super::portable::{portable_execute, portable_fetch};
 use super::{
-    audit, begin_relaxed, chain, db, dead_letters, delivery, gaps, inbox, maintenance, operator,
-    promote_after_commit, republish, resolution, retarget, Conn, Dialect, SqlStore, SqlTx,
+    audit, begin_relaxed, chain, db, dead_letters, delivery, gaps, group, inbox, maintenance,
+    operator, promote_after_commit, republish, resolution, retarget, Conn, Dialect, SqlStore,
+    SqlTx,
 };
 use crate::inbox::Origin;
 use crate::store::backend::{
@@ -23,7 +24,7 @@ use crate::store::types::{
     PausedDestination, Resolution,
 };
 use crate::store::value::Datum;
-use crate::store::{DatabaseError, InboxIdentity, StoreError, Tx};
+use crate::store::{DatabaseError, GroupView, InboxIdentity, StoreError, Tx};
 
 #[async_trait]
 impl<D: Dialect> Backend for SqlStore<D> {
@@ -276,6 +277,42 @@ impl<D: Dialect> Backend for SqlStore<D> {
         now: i64,
     ) -> Result<Option<AuditEntry>, StoreError> {
         operator::resume_audited::<D>(&self.pool, destination, actor, reason, now).await
+    }
+
+    async fn group_beat(
+        &self,
+        group_name: &str,
+        member: &str,
+        now: i64,
+        expires: i64,
+        forget_before: i64,
+    ) -> Result<GroupView, StoreError> {
+        group::beat::<D>(&self.pool, group_name, member, now, expires, forget_before).await
+    }
+
+    async fn claim_partition(
+        &self,
+        group_name: &str,
+        partition: u32,
+        member: &str,
+        now: i64,
+        expires: i64,
+    ) -> Result<bool, StoreError> {
+        group::claim::<D>(&self.pool, group_name, partition, member, now, expires).await
+    }
+
+    async fn release_partitions(
+        &self,
+        group_name: &str,
+        member: &str,
+        partitions: Option<&[u32]>,
+        leave: bool,
+    ) -> Result<u64, StoreError> {
+        group::release::<D>(&self.pool, group_name, member, partitions, leave).await
+    }
+
+    async fn group_view(&self, group_name: &str, now: i64) -> Result<GroupView, StoreError> {
+        group::group_view::<D>(&self.pool, group_name, now).await
     }
 
     async fn inbox_identity(&self, inbox: &str) -> Result<Option<InboxIdentity>, StoreError> {

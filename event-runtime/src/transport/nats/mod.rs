@@ -150,17 +150,21 @@
 //!   the loss.
 
 mod cluster;
+mod group;
 mod inbox;
+mod partition;
 mod relay;
 mod stream;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+pub use group::{partition_durable, GroupConfig, NatsGroup};
 pub use inbox::{
     InboxConfig, InboxReport, NatsInbox, ReceivedBatch, Refetch, RefetchOutcome, RefetchReport,
     RefetchedGap, FAILOVER_ALLOWANCE, IDENTITY_CHECK_INTERVAL,
 };
+pub use partition::{assign, partition_of, MAX_PARTITIONS};
 pub use relay::{NatsRelay, RelayConfig};
 pub use stream::{StreamShape, StreamSpec};
 
@@ -235,6 +239,20 @@ pub enum NatsError {
         expected: String,
         /// What the server has.
         found: String,
+    },
+    /// A relay or an inbox configured for one count of partitions, and a stream that has
+    /// another ([`StreamSpec::partitions`]): the relay would publish where no partition
+    /// consumer reads, an inbox would read subjects nobody publishes to.
+    #[error("{what} is configured for {configured} partition(s), and stream `{stream}` has {found} (its description's `partitions=`; 1 when it has none): configure the same count, or change the stream's with the procedure in the docs (`events nats stream repartition`)")]
+    PartitionsMismatch {
+        /// The stream.
+        stream: String,
+        /// Which side is configured so: `the relay nats:EVENTS`, `inbox group billing`.
+        what: String,
+        /// The count configured.
+        configured: u32,
+        /// The stream's count.
+        found: u32,
     },
     /// The relay publishes to a subject that the stream does not capture.
     #[error("subject `{subject}` is not captured by stream `{stream}`")]

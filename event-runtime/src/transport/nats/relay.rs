@@ -53,6 +53,12 @@ pub struct RelayConfig {
     pub publish_timeout: Duration,
     /// Publishes in flight at once per worker process, each of another aggregate (default 64).
     pub in_flight: usize,
+    /// The stream's partitions (default 1: no partition token). With P > 1 each event goes
+    /// to the partition of its aggregate ([`partition_of`](super::partition_of) of the
+    /// aggregate type and id), as a token after the subject's first one:
+    /// `events.3.order.placed`. [`NatsRelay::check`] refuses a stream with another count
+    /// ([`StreamSpec::partitions`](super::StreamSpec::partitions)).
+    pub partitions: u32,
 }
 
 impl RelayConfig {
@@ -73,6 +79,7 @@ impl RelayConfig {
             },
             publish_timeout: Duration::from_secs(5),
             in_flight: 64,
+            partitions: 1,
         }
     }
 
@@ -107,6 +114,12 @@ impl RelayConfig {
         self
     }
 
+    /// With [`partitions`](Self::partitions) set: the stream's partitions.
+    pub fn partitions(mut self, partitions: u32) -> Self {
+        self.partitions = partitions;
+        self
+    }
+
     /// Only these events leave the service.
     pub fn only(mut self, names: impl IntoIterator<Item = impl Into<String>>) -> Self {
         self.events = Some(names.into_iter().map(Into::into).collect());
@@ -125,12 +138,23 @@ impl RelayConfig {
         self
     }
 
-    /// The subject of an event `name` of aggregate `aggregate_id`.
-    pub fn subject_of(&self, name: &str, aggregate_id: &str) -> String {
-        let mut s = match self.subjects.get(name) {
+    /// `<prefix>.<name>`, or the subject set for `name`.
+    fn base_subject(&self, name: &str) -> String {
+        match self.subjects.get(name) {
             Some(s) => s.clone(),
             None => format!("{}.{name}", self.subject_prefix),
-        };
+        }
+    }
+
+    /// The subject of an event `name` of the aggregate (`aggregate_type`, `aggregate_id`):
+    /// `<prefix>.<name>`, or the subject set for `name`, with the partition token after its
+    /// first token when partitioned, and the aggregate token last when asked for.
+    pub fn subject_of(&self, name: &str, aggregate_type: &str, aggregate_id: &str) -> String {
+        let mut s = self.base_subject(name);
+        if self.partitions > 1 {
+            let p = super::partition_of(aggregate_type, aggregate_id, self.partitions);
+            s = super::partition::partitioned_subject(&s, p);
+        }
         if self.aggregate_token {
             s.push('.');
             s.push_str(&subject_token(aggregate_id));
@@ -282,7 +306,9 @@ impl NatsRelay {
     ///
     /// # Errors
     /// [`NatsError::NotADestination`] when the outbox was built without this relay;
-    /// [`NatsError::NoStream`]; [`NatsError::SubjectNotCaptured`];
+    /// [`NatsError::NoStream`]; [`NatsError::PartitionsMismatch`] when the stream has
+    /// another count of partitions than [`RelayConfig::partitions`];
+    /// [`NatsError::SubjectNotCaptured`];
     /// [`NatsError::DuplicateWindowTooShort`]; [`NatsError::EnvelopeTooLarge`];
     /// [`NatsError::Broker`] when the server cannot be asked.
     ///
@@ -305,19 +331,36 @@ impl NatsRelay {
         }
         let shape = StreamShape::fetch(&self.js, &self.config.stream).await?;
         self.saw_leader(shape.leader.clone());
+        if shape.partitions != self.config.partitions {
+            return Err(NatsError::PartitionsMismatch {
+                stream: shape.name.clone(),
+                what: format!("the relay {}", self.config.name),
+                configured: self.config.partitions,
+                found: shape.partitions,
+            });
+        }
         let mut subjects = Vec::new();
         for event in outbox.dispatcher().registry().events() {
             if self.route(event).is_none() {
                 continue;
             }
-            let subject = self.config.subject_of(event.name, "x");
-            if !shape.subjects.iter().any(|f| subject_matches(f, &subject)) {
-                return Err(NatsError::SubjectNotCaptured {
-                    subject,
-                    stream: shape.name.clone(),
-                });
+            // Every partition's subject (one when unpartitioned).
+            for p in 0..self.config.partitions.max(1) {
+                let mut subject = self.config.base_subject(event.name);
+                if self.config.partitions > 1 {
+                    subject = super::partition::partitioned_subject(&subject, p);
+                }
+                if self.config.aggregate_token {
+                    subject.push_str(".x");
+                }
+                if !shape.subjects.iter().any(|f| subject_matches(f, &subject)) {
+                    return Err(NatsError::SubjectNotCaptured {
+                        subject,
+                        stream: shape.name.clone(),
+                    });
+                }
+                subjects.push(subject);
             }
-            subjects.push(subject);
         }
         *self.subjects.lock().unwrap_or_else(|e| e.into_inner()) = subjects;
         let horizon = self.horizon(outbox);
@@ -662,7 +705,9 @@ impl Destination for NatsRelay {
     }
 
     async fn deliver(&self, d: &Delivery<'_>) -> Result<(), DeliveryError> {
-        let subject = self.config.subject_of(d.name, d.aggregate_id);
+        let subject = self
+            .config
+            .subject_of(d.name, d.aggregate_type, d.aggregate_id);
         let span = tracing::info_span!(
             "publish",
             event_id = %d.event_id,
@@ -702,12 +747,25 @@ mod tests {
     #[test]
     fn subjects_and_filters() {
         let c = RelayConfig::new("EVENTS").subject("order.shipped", "ship.it");
-        assert_eq!(c.subject_of("order.placed", "A 1"), "events.order.placed");
-        assert_eq!(c.subject_of("order.shipped", "A"), "ship.it");
+        assert_eq!(
+            c.subject_of("order.placed", "order", "A 1"),
+            "events.order.placed"
+        );
+        assert_eq!(c.subject_of("order.shipped", "order", "A"), "ship.it");
         let c = c.aggregate_token(true);
         assert_eq!(
-            c.subject_of("order.placed", "A.1 *>"),
+            c.subject_of("order.placed", "order", "A.1 *>"),
             "events.order.placed.A_1___"
+        );
+        let c = c.aggregate_token(false).partitions(8);
+        let p = crate::transport::nats::partition_of("order", "A-17", 8);
+        assert_eq!(
+            c.subject_of("order.placed", "order", "A-17"),
+            format!("events.{p}.order.placed")
+        );
+        assert_eq!(
+            c.subject_of("order.shipped", "order", "A-17"),
+            format!("ship.{p}.it")
         );
     }
 }

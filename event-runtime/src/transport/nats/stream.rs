@@ -32,7 +32,19 @@ pub struct StreamSpec {
     /// seconds when its leader dies, and takes nothing while 2 are down (NATS docs,
     /// *JetStream clustering*).
     pub replicas: usize,
+    /// Partitions (default 1: no partition token, the subjects as they are). With P > 1 the
+    /// stream captures each of [`subjects`](Self::subjects) once per partition, with the
+    /// partition's number as a token after its first one (`events.>` → `events.0.>` …
+    /// `events.7.>`), and its description records P (`partitions=8`): relays and inboxes
+    /// configured for another count refuse to start ([`NatsError::PartitionsMismatch`]).
+    /// An aggregate's events all go to one partition ([`partition_of`](super::partition_of)),
+    /// so that a group of inbox instances can share the partitions
+    /// ([`NatsGroup`](super::NatsGroup)). At most [`MAX_PARTITIONS`](super::MAX_PARTITIONS).
+    pub partitions: u32,
 }
+
+/// How a stream's description records its partitions: `partitions=P`.
+const PARTITIONS_KEY: &str = "partitions=";
 
 impl StreamSpec {
     /// A stream `name` on `events.>`, file storage, a 2-minute duplicate window, no size limit
@@ -44,7 +56,50 @@ impl StreamSpec {
             duplicate_window: Duration::from_secs(120),
             max_msg_size: None,
             replicas: 1,
+            partitions: 1,
         }
+    }
+
+    /// With [`partitions`](Self::partitions) set.
+    pub fn partitions(mut self, partitions: u32) -> Self {
+        self.partitions = partitions;
+        self
+    }
+
+    /// The subjects the stream captures: [`subjects`](Self::subjects), once per partition
+    /// when partitioned.
+    pub fn stream_subjects(&self) -> Vec<String> {
+        if self.partitions <= 1 {
+            return self.subjects.clone();
+        }
+        (0..self.partitions)
+            .flat_map(|p| {
+                self.subjects
+                    .iter()
+                    .map(move |s| super::partition::partitioned_subject(s, p))
+            })
+            .collect()
+    }
+
+    fn description(&self) -> Option<String> {
+        (self.partitions > 1).then(|| {
+            format!(
+                "{PARTITIONS_KEY}{} (event-runtime: a partition token follows each subject's first token)",
+                self.partitions
+            )
+        })
+    }
+
+    fn validate(&self) -> Result<(), NatsError> {
+        if !(1..=super::MAX_PARTITIONS).contains(&self.partitions) {
+            return Err(NatsError::Config(format!(
+                "stream `{}`: partitions must be 1 to {}, not {}",
+                self.name,
+                super::MAX_PARTITIONS,
+                self.partitions
+            )));
+        }
+        Ok(())
     }
 
     /// With these subjects.
@@ -74,7 +129,8 @@ impl StreamSpec {
     fn config(&self) -> stream::Config {
         stream::Config {
             name: self.name.clone(),
-            subjects: self.subjects.clone(),
+            subjects: self.stream_subjects(),
+            description: self.description(),
             storage: stream::StorageType::File,
             duplicate_window: self.duplicate_window,
             max_message_size: self
@@ -91,11 +147,16 @@ impl StreamSpec {
     /// [`NatsError::Broker`] when the server refuses or cannot be reached;
     /// [`NatsError::Config`] when [`replicas`](Self::replicas) is not 1 to 5, or more than
     /// the cluster has servers (or more than 1 on a server outside a cluster);
-    /// [`NatsError::StreamMismatch`] when a stream of that name exists with another shape.
+    /// [`NatsError::Config`] when [`partitions`](Self::partitions) is not 1 to
+    /// [`MAX_PARTITIONS`](super::MAX_PARTITIONS);
+    /// [`NatsError::StreamMismatch`] when a stream of that name exists with another shape,
+    /// [`NatsError::PartitionsMismatch`] with another count of partitions (change it with
+    /// [`repartition`](Self::repartition)).
     ///
     /// # Cancel safety
     /// Cancel safe: dropped, the stream was created or it was not; calling again finishes.
     pub async fn create(&self, js: &jetstream::Context) -> Result<StreamShape, NatsError> {
+        self.validate()?;
         match StreamShape::fetch(js, &self.name).await {
             Ok(shape) => {
                 self.compare(&shape)?;
@@ -138,7 +199,8 @@ impl StreamSpec {
     /// many replicas or more.
     ///
     /// # Errors
-    /// [`NatsError::NoStream`], [`NatsError::StreamMismatch`], [`NatsError::Broker`].
+    /// [`NatsError::NoStream`], [`NatsError::StreamMismatch`],
+    /// [`NatsError::PartitionsMismatch`], [`NatsError::Broker`].
     ///
     /// # Cancel safety
     /// Cancel safe: it only reads.
@@ -146,6 +208,55 @@ impl StreamSpec {
         let shape = StreamShape::fetch(js, &self.name).await?;
         self.compare(&shape)?;
         Ok(shape)
+    }
+
+    /// Changes the partitions of the existing stream to [`partitions`](Self::partitions), in
+    /// place, for the procedure in the [module docs](super#changing-the-partitions): its
+    /// description records the new count, and it captures the new count's subjects besides
+    /// those it had (those a subject it has covers already are not added), so that producers
+    /// still on the old count keep publishing and nothing they publish is refused. With
+    /// `prune`, it captures only the new count's subjects: run it once every producer runs
+    /// with the new count. Messages already stored stay where they are, under their subjects.
+    ///
+    /// # Errors
+    /// [`NatsError::Config`] for a count out of range; [`NatsError::NoStream`];
+    /// [`NatsError::Broker`] when the server refuses or cannot be reached.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: one update, made or not.
+    pub async fn repartition(
+        &self,
+        js: &jetstream::Context,
+        prune: bool,
+    ) -> Result<StreamShape, NatsError> {
+        self.validate()?;
+        StreamShape::fetch(js, &self.name).await?;
+        let mut stream = js
+            .get_stream(&self.name)
+            .await
+            .map_err(NatsError::broker("get stream"))?;
+        let mut config = stream
+            .info()
+            .await
+            .map_err(NatsError::broker("stream info"))?
+            .config
+            .clone();
+        let wanted = self.stream_subjects();
+        if prune {
+            config.subjects = wanted;
+        } else {
+            for s in wanted {
+                if !config.subjects.iter().any(|f| subject_matches(f, &s)) {
+                    config.subjects.push(s);
+                }
+            }
+        }
+        config.description = self.description();
+        let info = js
+            .update_stream(config)
+            .await
+            .map_err(NatsError::broker("update stream"))?;
+        Ok(StreamShape::from_info(&info))
     }
 
     fn compare(&self, shape: &StreamShape) -> Result<(), NatsError> {
@@ -157,7 +268,19 @@ impl StreamSpec {
                 found,
             })
         };
-        if let Some(missing) = self.subjects.iter().find(|s| !shape.subjects.contains(s)) {
+        if shape.partitions != self.partitions {
+            return Err(NatsError::PartitionsMismatch {
+                stream: self.name.clone(),
+                what: "the stream's declaration".into(),
+                configured: self.partitions,
+                found: shape.partitions,
+            });
+        }
+        let subjects = self.stream_subjects();
+        if let Some(missing) = subjects
+            .iter()
+            .find(|s| !shape.subjects.iter().any(|f| subject_matches(f, s)))
+        {
             return mismatch("subjects", missing.clone(), shape.subjects.join(", "));
         }
         if !shape.file_storage {
@@ -205,6 +328,9 @@ pub struct StreamShape {
     pub max_msg_size: Option<u32>,
     /// Its replicas (1 on a single server).
     pub replicas: usize,
+    /// Its partitions, as its description records them (`partitions=P`; 1 when it records
+    /// none: a stream made before partitions, or by another tool).
+    pub partitions: u32,
     /// The server leading it when it was read (a clustered stream's; `None` on a single server,
     /// or while it elects one).
     pub leader: Option<String>,
@@ -221,6 +347,14 @@ impl From<&stream::Config> for StreamShape {
             duplicate_window: c.duplicate_window,
             max_msg_size: u32::try_from(c.max_message_size).ok().filter(|&n| n > 0),
             replicas: c.num_replicas.max(1),
+            partitions: c
+                .description
+                .as_deref()
+                .and_then(|d| {
+                    d.split_whitespace()
+                        .find_map(|w| w.strip_prefix(PARTITIONS_KEY)?.parse().ok())
+                })
+                .unwrap_or(1),
             leader: None,
         }
     }

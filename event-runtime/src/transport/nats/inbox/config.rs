@@ -50,6 +50,21 @@ pub struct InboxConfig {
     /// sees the broker's delivery order, not the producer's. Allow it when they handle only
     /// this service's own events, or when order does not matter to them.
     pub allow_in_transaction_handlers: bool,
+    /// The stream's partitions (default 1). [`NatsInbox::new`](super::NatsInbox::new)
+    /// refuses a stream with another count
+    /// ([`StreamSpec::partitions`](crate::transport::nats::StreamSpec::partitions)), so that
+    /// an inbox never waits on subjects nobody publishes to. With P > 1 the
+    /// [`filter_subject`](Self::filter_subject) is applied within
+    /// [`partition`](Self::partition) (`events.order.>` reads `events.3.order.>`), or within
+    /// every partition when that is `None` (`events.*.order.>`).
+    pub partitions: u32,
+    /// The one partition this inbox reads (`None`: all of them). A group of instances
+    /// ([`NatsGroup`](crate::transport::nats::NatsGroup)) sets it for each partition it owns.
+    pub partition: Option<u32>,
+    /// Set by a group for the consumer of the stream from before its partitions (no
+    /// partition token: the subjects as they were): its filter is used as it is, and the
+    /// stream's count of partitions is not compared.
+    pub(in crate::transport::nats) unpartitioned: bool,
 }
 
 impl InboxConfig {
@@ -66,7 +81,35 @@ impl InboxConfig {
             backoff: Vec::new(),
             max_ack_pending: None,
             allow_in_transaction_handlers: false,
+            partitions: 1,
+            partition: None,
+            unpartitioned: false,
         }
+    }
+
+    /// With [`partitions`](Self::partitions) set: the stream's partitions.
+    pub fn partitions(mut self, partitions: u32) -> Self {
+        self.partitions = partitions;
+        self
+    }
+
+    /// With [`partition`](Self::partition) set: reads only this partition.
+    pub fn partition(mut self, partition: u32) -> Self {
+        self.partition = Some(partition);
+        self
+    }
+
+    /// The subject filter of the durable consumer: [`filter_subject`](Self::filter_subject)
+    /// within the partition(s) read (`None`: the whole stream).
+    pub fn effective_filter(&self) -> Option<String> {
+        if self.unpartitioned {
+            return self.filter_subject.clone();
+        }
+        super::super::partition::partition_filter(
+            self.filter_subject.as_deref(),
+            self.partitions,
+            self.partition,
+        )
     }
 
     /// With [`allow_in_transaction_handlers`](Self::allow_in_transaction_handlers) set.
@@ -148,6 +191,20 @@ impl InboxConfig {
         }
         if self.max_ack_pending.is_some_and(|m| m < self.batch as i64) {
             return bad("max_ack_pending must be at least batch".into());
+        }
+        let most = super::super::MAX_PARTITIONS;
+        if !(1..=most).contains(&self.partitions) {
+            return bad(format!(
+                "partitions must be 1 to {most}, not {}",
+                self.partitions
+            ));
+        }
+        if let Some(p) = self.partition.filter(|&p| p >= self.partitions) {
+            return bad(format!(
+                "partition {p} does not exist: the stream has {} (0 to {})",
+                self.partitions,
+                self.partitions - 1
+            ));
         }
         Ok(())
     }

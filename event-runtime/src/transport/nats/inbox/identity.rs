@@ -31,6 +31,8 @@ pub(crate) fn same_time(a: &str, b: &str) -> bool {
 pub(crate) struct Observed {
     pub(crate) stream_created: String,
     pub(crate) first_sequence: u64,
+    /// The stream's partitions, as its description records them.
+    pub(crate) partitions: u32,
     /// The consumer's creation time and the stream sequence below which it acked every
     /// message; `None` when there is no such consumer.
     pub(crate) consumer: Option<(String, u64)>,
@@ -57,6 +59,7 @@ pub(crate) async fn observe(
     })?;
     let info = s.cached_info();
     let (stream_created, first_sequence) = (created(info.created), info.state.first_sequence);
+    let partitions = super::super::StreamShape::from(&info.config).partitions;
     let consumer = match s.consumer_info(durable).await {
         Ok(c) => Some((created(c.created), c.ack_floor.stream_sequence)),
         Err(e) => match e.kind() {
@@ -75,6 +78,7 @@ pub(crate) async fn observe(
     Ok(Observed {
         stream_created,
         first_sequence,
+        partitions,
         consumer,
     })
 }

@@ -8,7 +8,8 @@ mod config;
 mod identity;
 mod refetch;
 
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, consumer::pull, AckKind};
@@ -56,6 +57,11 @@ pub struct NatsInbox {
     /// The highest stream sequence fetched or acknowledged so far: a batch starting past the
     /// next one may follow removed messages, and is checked before it is committed.
     seen: Mutex<u64>,
+    /// Messages on a partition their aggregate does not belong to since the last log line
+    /// about them, and when that was.
+    misplaced: Mutex<(u64, Option<Instant>)>,
+    /// Counts the messages fetched, for a group that watches its partitions' activity.
+    fetched: Option<Arc<AtomicU64>>,
 }
 
 impl std::fmt::Debug for NatsInbox {
@@ -90,45 +96,7 @@ impl NatsInbox {
         outbox: Outbox,
         config: InboxConfig,
     ) -> Result<NatsInbox, NatsError> {
-        config.validate()?;
-        let horizon = config.redelivery_horizon();
-        let retention = outbox.config().retention;
-        if retention <= horizon {
-            return Err(NatsError::RetentionTooShort { retention, horizon });
-        }
-        // A message the consumer fetched and lost (a crash before its ack) comes back after
-        // the ack wait (or its backoff step) and a fetch: the events after it wait that long
-        // for it, and must not be reported as a gap meanwhile.
-        let redelivery = config
-            .backoff
-            .iter()
-            .copied()
-            .max()
-            .unwrap_or_default()
-            .max(config.ack_wait)
-            + config.fetch_wait;
-        if !config.allow_in_transaction_handlers {
-            let in_transaction: Vec<&str> = outbox
-                .dispatcher()
-                .registry()
-                .handlers()
-                .iter()
-                .filter(|h| h.mode == event_core::DeliveryMode::InTransaction)
-                .map(|h| h.name)
-                .collect();
-            if !in_transaction.is_empty() {
-                return Err(NatsError::Config(format!(
-                    "the consuming outbox registers in-transaction handlers ({}): they run when a received event is committed, before a predecessor it waits for arrives, so they would see the broker's order, not the producer's; make them after-commit handlers, or allow them with InboxConfig::allow_in_transaction_handlers(true) when they handle only this service's own events",
-                    in_transaction.join(", ")
-                )));
-            }
-        }
-        let gap_after = outbox.config().gap_after;
-        if gap_after <= redelivery + FAILOVER_ALLOWANCE {
-            return Err(NatsError::Config(format!(
-                "OutboxConfig::gap_after ({gap_after:?}) must exceed the consumer's redelivery delay ({redelivery:?}: ack wait or its longest backoff step, plus the fetch wait) plus a cluster's failover ({FAILOVER_ALLOWANCE:?}, FAILOVER_ALLOWANCE): a message merely awaiting redelivery, or a new leader, would be reported as a gap"
-            )));
-        }
+        preflight(&outbox, &config)?;
         let name = format!("nats-inbox:{}", config.durable);
         let recorded = outbox.store().inbox_identity(&name).await?;
         let observed = match observe(js, &config.stream, &config.durable).await {
@@ -144,6 +112,14 @@ impl NatsInbox {
             },
             other => other?,
         };
+        if observed.partitions != config.partitions && !config.unpartitioned {
+            return Err(NatsError::PartitionsMismatch {
+                stream: config.stream.clone(),
+                what: format!("inbox `{name}`"),
+                configured: config.partitions,
+                found: observed.partitions,
+            });
+        }
         if let Some(r) = &recorded {
             let changed = r.stream != config.stream
                 || !same_time(&r.stream_created, &observed.stream_created)
@@ -173,7 +149,7 @@ impl NatsInbox {
             max_deliver: config.max_deliver,
             backoff: config.backoff.clone(),
             max_ack_pending: config.max_ack_pending.unwrap_or(config.batch as i64),
-            filter_subject: config.filter_subject.clone().unwrap_or_default(),
+            filter_subject: config.effective_filter().unwrap_or_default(),
             ..Default::default()
         };
         let consumer: jetstream::consumer::Consumer<pull::Config> = stream
@@ -216,6 +192,8 @@ impl NatsInbox {
             identity,
             verified: Mutex::new(Instant::now()),
             seen: Mutex::new(0),
+            misplaced: Mutex::new((0, None)),
+            fetched: None,
         };
         inbox.verify().await?;
         Ok(inbox)
@@ -280,6 +258,12 @@ impl NatsInbox {
         }
         *self.verified.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
         Ok(())
+    }
+
+    /// Counts every message it fetches in `counter` too.
+    pub(super) fn count_fetched(mut self, counter: Arc<AtomicU64>) -> Self {
+        self.fetched = Some(counter);
+        self
     }
 
     /// The identity this inbox consumes, as recorded in the consuming store.
@@ -415,6 +399,12 @@ impl NatsInbox {
     /// second, to be redelivered (those committed are then duplicates).
     async fn commit(&self, messages: Vec<jetstream::Message>) -> Result<ReceivedBatch, NatsError> {
         metrics::counter!("events_nats_received_total").increment(messages.len() as u64);
+        if let Some(fetched) = &self.fetched {
+            fetched.fetch_add(messages.len() as u64, Ordering::Relaxed);
+        }
+        if self.config.partitions > 1 && !self.config.unpartitioned {
+            self.count_misplaced(&messages);
+        }
         let batch: Vec<Incoming> = messages.iter().map(incoming).collect();
         let receipt = self.outbox.receive(&self.name, batch).await;
         metrics::counter!("events_nats_duplicates_total")
@@ -441,6 +431,59 @@ impl NatsInbox {
             poison,
             report: receipt.report,
         })
+    }
+
+    /// Counts the messages whose subject's partition is not their aggregate's under this
+    /// stream's count (a producer publishing with another count: during a change of the
+    /// partitions, or misconfigured), and logs them at most once a minute with both values.
+    /// They are accepted all the same: the inbox core's chains keep each aggregate's order
+    /// whichever partition its events came through.
+    fn count_misplaced(&self, messages: &[jetstream::Message]) {
+        #[derive(serde::Deserialize)]
+        struct Key<'a> {
+            #[serde(borrow)]
+            aggregatetype: std::borrow::Cow<'a, str>,
+            #[serde(borrow)]
+            subject: std::borrow::Cow<'a, str>,
+        }
+        let partitions = self.config.partitions;
+        let mut example = None;
+        let mut n = 0u64;
+        for m in messages {
+            let Some(on) = super::partition::partition_token(&m.subject) else {
+                continue;
+            };
+            let Ok(key) = serde_json::from_slice::<Key>(&m.payload) else {
+                continue; // undecodable: the core dead-letters it
+            };
+            let belongs = super::partition_of(&key.aggregatetype, &key.subject, partitions);
+            if belongs != on {
+                n += 1;
+                example.get_or_insert_with(|| (m.subject.to_string(), on, belongs));
+            }
+        }
+        if n == 0 {
+            return;
+        }
+        metrics::counter!("events_nats_partition_mismatches_total").increment(n);
+        let mut misplaced = self.misplaced.lock().unwrap_or_else(|e| e.into_inner());
+        misplaced.0 += n;
+        if misplaced
+            .1
+            .is_some_and(|at| at.elapsed() < Duration::from_secs(60))
+        {
+            return;
+        }
+        let (subject, on, belongs) = example.expect("one counted");
+        tracing::warn!(
+            inbox = %self.name,
+            messages = misplaced.0,
+            stream_partitions = partitions,
+            "inbox {}: {} message(s) on a partition their aggregate does not belong to with {partitions} partitions (e.g. `{subject}`: partition {on}, its aggregate's is {belongs}): a producer publishes with another count of partitions; accepted (each aggregate's order is kept)",
+            self.name,
+            misplaced.0,
+        );
+        *misplaced = (0, Some(Instant::now()));
     }
 
     /// Replays this inbox's dead letters `ids` through the inbox core
@@ -568,6 +611,51 @@ impl NatsInbox {
         }
         Ok(total)
     }
+}
+
+/// The checks of an inbox's configuration against its consuming outbox that need no broker:
+/// see [`NatsInbox::new`]'s errors ([`NatsError::Config`], [`NatsError::RetentionTooShort`]).
+pub(super) fn preflight(outbox: &Outbox, config: &InboxConfig) -> Result<(), NatsError> {
+    config.validate()?;
+    let horizon = config.redelivery_horizon();
+    let retention = outbox.config().retention;
+    if retention <= horizon {
+        return Err(NatsError::RetentionTooShort { retention, horizon });
+    }
+    // A message the consumer fetched and lost (a crash before its ack) comes back after
+    // the ack wait (or its backoff step) and a fetch: the events after it wait that long
+    // for it, and must not be reported as a gap meanwhile.
+    let redelivery = config
+        .backoff
+        .iter()
+        .copied()
+        .max()
+        .unwrap_or_default()
+        .max(config.ack_wait)
+        + config.fetch_wait;
+    if !config.allow_in_transaction_handlers {
+        let in_transaction: Vec<&str> = outbox
+            .dispatcher()
+            .registry()
+            .handlers()
+            .iter()
+            .filter(|h| h.mode == event_core::DeliveryMode::InTransaction)
+            .map(|h| h.name)
+            .collect();
+        if !in_transaction.is_empty() {
+            return Err(NatsError::Config(format!(
+                "the consuming outbox registers in-transaction handlers ({}): they run when a received event is committed, before a predecessor it waits for arrives, so they would see the broker's order, not the producer's; make them after-commit handlers, or allow them with InboxConfig::allow_in_transaction_handlers(true) when they handle only this service's own events",
+                in_transaction.join(", ")
+            )));
+        }
+    }
+    let gap_after = outbox.config().gap_after;
+    if gap_after <= redelivery + FAILOVER_ALLOWANCE {
+        return Err(NatsError::Config(format!(
+            "OutboxConfig::gap_after ({gap_after:?}) must exceed the consumer's redelivery delay ({redelivery:?}: ack wait or its longest backoff step, plus the fetch wait) plus a cluster's failover ({FAILOVER_ALLOWANCE:?}, FAILOVER_ALLOWANCE): a message merely awaiting redelivery, or a new leader, would be reported as a gap"
+        )));
+    }
+    Ok(())
 }
 
 /// A fetched message as the inbox core takes it: the body, its `Content-Type` and

@@ -1,0 +1,807 @@
+//! Partitioned streams and groups of inbox instances against the real server
+//! (`EVENTS_TEST_NATS_URL`; skipped visibly without it, failing with
+//! `EVENTS_TEST_REQUIRE_SERVICES=1`), each case on a stream of its own, the consuming
+//! database PostgreSQL when configured (SQLite otherwise), every instance with its own store
+//! on it as a process of its own would have:
+//! - the relay spreads aggregates over the partitions' subjects, and the relay, the inbox,
+//!   the group and the stream's declaration refuse a stream with another count, naming both;
+//!   a stream made before partitions (no description) is one partition, with today's
+//!   subjects;
+//! - a group shares the partitions (no instance above ceil(P/N)) when instances start, hands
+//!   a stopped instance's partitions over at once, and a killed one's after its lease; every
+//!   event is handled once, in each aggregate's order, throughout (`rebalance:` lines give
+//!   the times, BENCHMARKS.md);
+//! - a running pair changes from 1 partition to 4 under load, with the documented procedure:
+//!   nothing lost, nothing applied twice, nothing reordered.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream;
+use event_core::{event_handler, DomainEvent, Envelope, HandlerError};
+use event_runtime::transport::nats::{
+    self, GroupConfig, InboxConfig, InboxReport, NatsError, NatsGroup, NatsInbox, NatsRelay,
+    RelayConfig, StreamSpec,
+};
+use event_runtime::{
+    CancellationToken, Dispatcher, Outbox, OutboxConfig, RetryPolicy, SqlValue, Store, Tx, Workers,
+};
+use serde::{Deserialize, Serialize};
+use tokio::task::JoinHandle;
+
+use common::Db;
+
+#[derive(Debug, Clone, Serialize, Deserialize, DomainEvent)]
+#[event(name = "grouptest.tick", version = 1)]
+struct Tick {
+    #[event(aggregate_id)]
+    account: String,
+}
+
+/// Records (account, sequence, event id, the next value of a counter) in the handler's
+/// transaction: the counter row stays locked until the commit, so its values follow the
+/// order the handlers' transactions commit in.
+#[event_handler(name = "grouptest.record")]
+async fn record(envelope: &Envelope<Tick>, tx: &mut Tx) -> Result<(), HandlerError> {
+    tx.execute("UPDATE group_counter SET n = n + 1", &[])
+        .await?;
+    tx.execute(
+        "INSERT INTO group_seen (account, sequence, event_id, n) VALUES ($1, $2, $3, (SELECT n FROM group_counter))",
+        &[
+            SqlValue::Text(&envelope.event().account),
+            SqlValue::Int(envelope.sequence() as i64),
+            SqlValue::Text(&envelope.id().to_string()),
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// The inbox's ack wait: a killed instance's unacknowledged messages come back after it.
+const ACK_WAIT: Duration = Duration::from_secs(4);
+/// The group's lease.
+const LEASE: Duration = Duration::from_secs(2);
+
+fn enabled(test: &str) -> Option<String> {
+    match std::env::var("EVENTS_TEST_NATS_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            assert!(
+                std::env::var("EVENTS_TEST_REQUIRE_SERVICES").as_deref() != Ok("1"),
+                "{test}: EVENTS_TEST_REQUIRE_SERVICES=1 but EVENTS_TEST_NATS_URL is not set"
+            );
+            common::say_once(
+                "NATS",
+                &format!(
+                    "NATS group cases skipped ({test} and others): EVENTS_TEST_NATS_URL is not set"
+                ),
+            );
+            None
+        }
+    }
+}
+
+/// With `EVENTS_TEST_LOG` set (`warn`, `info`…), the framework's log lines on standard error.
+fn log() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if let Ok(level) = std::env::var("EVENTS_TEST_LOG") {
+            let level = level.parse().unwrap_or(tracing::Level::WARN);
+            let _ = tracing::subscriber::set_global_default(
+                tracing_subscriber::fmt()
+                    .with_ansi(false)
+                    .with_max_level(level)
+                    .with_writer(std::io::stderr)
+                    .finish(),
+            );
+        }
+    });
+}
+
+fn say(line: &str) {
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+/// PostgreSQL when configured, SQLite otherwise.
+async fn database(test: &str) -> Db {
+    common::databases(test).await.pop().expect("a database")
+}
+
+/// A stream name and subject prefix of the test's own.
+fn names() -> (String, String) {
+    let id = uuid::Uuid::now_v7().simple().to_string();
+    (format!("G{id}"), format!("g{id}"))
+}
+
+fn quick_retry() -> RetryPolicy {
+    RetryPolicy {
+        max_attempts: 5,
+        initial_backoff: Duration::from_millis(10),
+        max_backoff: Duration::from_millis(100),
+    }
+}
+
+/// The producing service: a relay to `stream` with `partitions`, a writer committing one
+/// event to each of `accounts` accounts every 40 ms until stopped.
+struct Producer {
+    workers: Option<Workers>,
+    stop: CancellationToken,
+    rounds: Arc<AtomicU64>,
+    writer: Option<JoinHandle<()>>,
+}
+
+async fn relayed(
+    client: &async_nats::Client,
+    store: Store,
+    stream: &str,
+    prefix: &str,
+    partitions: u32,
+) -> Outbox {
+    let relay = NatsRelay::new(
+        client.clone(),
+        RelayConfig::new(stream)
+            .subject_prefix(prefix)
+            .partitions(partitions)
+            .retry(quick_retry()),
+    );
+    let outbox = Outbox::builder(store)
+        .dispatcher(Dispatcher::builder_empty().event::<Tick>())
+        .destination(relay.clone())
+        .config(
+            OutboxConfig::default()
+                .source("urn:test:group")
+                .poll_interval(Duration::from_millis(20)),
+        )
+        .build()
+        .unwrap();
+    relay.check(&outbox).await.unwrap();
+    outbox
+}
+
+impl Producer {
+    /// Writes rounds `from`, `from + 1`… (the sequence of each account's event).
+    async fn start(
+        client: &async_nats::Client,
+        db: &Db,
+        stream: &str,
+        prefix: &str,
+        partitions: u32,
+        accounts: usize,
+        from: u64,
+    ) -> Producer {
+        let outbox = relayed(client, db.open().await, stream, prefix, partitions).await;
+        let workers = outbox.spawn_workers(2);
+        let stop = CancellationToken::new();
+        let rounds = Arc::new(AtomicU64::new(0));
+        let writer = tokio::spawn({
+            let (outbox, stop, rounds) = (outbox.clone(), stop.clone(), rounds.clone());
+            async move {
+                let mut round = from - 1;
+                while !stop.is_cancelled() {
+                    round += 1;
+                    let mut uow = outbox.begin().await.unwrap();
+                    for a in 0..accounts {
+                        uow.add(
+                            Envelope::new(Tick {
+                                account: format!("A{a}"),
+                            })
+                            .with_sequence(round),
+                        );
+                    }
+                    uow.commit().await.unwrap();
+                    rounds.store(round, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(40)).await;
+                }
+            }
+        });
+        Producer {
+            workers: Some(workers),
+            stop,
+            rounds,
+            writer: Some(writer),
+        }
+    }
+
+    /// Stops writing; the rounds written.
+    async fn stop_writing(&mut self) -> u64 {
+        self.stop.cancel();
+        if let Some(w) = self.writer.take() {
+            w.await.unwrap();
+        }
+        self.rounds.load(Ordering::SeqCst)
+    }
+
+    /// Stops its relay's workers (a restart with another configuration follows).
+    async fn stop_relay(&mut self) {
+        if let Some(w) = self.workers.take() {
+            w.shutdown(Duration::from_secs(10)).await.unwrap();
+        }
+    }
+}
+
+/// The consuming service's tables, once per database.
+async fn consumer_tables(db: &Db) {
+    let store = db.open().await;
+    let mut tx = store.begin().await.unwrap();
+    tx.execute(
+        "CREATE TABLE group_seen (account TEXT NOT NULL, sequence BIGINT NOT NULL, event_id TEXT NOT NULL, n BIGINT NOT NULL)",
+        &[],
+    )
+    .await
+    .unwrap();
+    tx.execute("CREATE TABLE group_counter (n BIGINT NOT NULL)", &[])
+        .await
+        .unwrap();
+    tx.execute("INSERT INTO group_counter (n) VALUES (0)", &[])
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+}
+
+async fn consuming(db: &Db) -> Outbox {
+    Outbox::builder(db.open().await)
+        .dispatcher(Dispatcher::builder_empty().handler::<record>())
+        .config(OutboxConfig::default().poll_interval(Duration::from_millis(20)))
+        .build()
+        .unwrap()
+}
+
+fn inbox_config(stream: &str, prefix: &str, partitions: u32) -> InboxConfig {
+    InboxConfig::new(stream, "billing")
+        .filter_subject(format!("{prefix}.grouptest.>"))
+        .partitions(partitions)
+        .batch(64)
+        .ack_wait(ACK_WAIT)
+        .fetch_wait(Duration::from_millis(300))
+}
+
+/// One instance of the consuming service: its own store, workers and group member.
+struct Instance {
+    cancel: CancellationToken,
+    group: Option<JoinHandle<Result<InboxReport, NatsError>>>,
+    workers: Option<Workers>,
+}
+
+impl Instance {
+    async fn start(
+        url: &str,
+        db: &Db,
+        stream: &str,
+        prefix: &str,
+        partitions: u32,
+        name: &str,
+    ) -> Instance {
+        let client = nats::connect(url, name).await.unwrap();
+        let outbox = consuming(db).await;
+        let group = NatsGroup::new(
+            &jetstream::new(client),
+            outbox.clone(),
+            inbox_config(stream, prefix, partitions),
+            GroupConfig::new().member(name).lease(LEASE),
+        )
+        .unwrap();
+        let cancel = CancellationToken::new();
+        let workers = outbox.spawn_workers(1);
+        let run = tokio::spawn({
+            let cancel = cancel.clone();
+            async move { group.run(cancel, None).await }
+        });
+        Instance {
+            cancel,
+            group: Some(run),
+            workers: Some(workers),
+        }
+    }
+
+    /// A graceful stop: its partitions are handed over at once.
+    async fn stop(&mut self) {
+        self.cancel.cancel();
+        if let Some(g) = self.group.take() {
+            g.await.unwrap().unwrap();
+        }
+        if let Some(w) = self.workers.take() {
+            w.shutdown(Duration::from_secs(10)).await.unwrap();
+        }
+    }
+
+    /// As a kill -9 would: nothing released, nothing acknowledged, no lease given back.
+    fn kill(&mut self) {
+        if let Some(g) = self.group.take() {
+            g.abort();
+        }
+        if let Some(w) = self.workers.take() {
+            w.cancel_token().cancel();
+            drop(w);
+        }
+    }
+}
+
+/// Who holds which partition now, per the group's rows.
+async fn holders(store: &Store) -> BTreeMap<String, Vec<u32>> {
+    let view = store.group_view("billing").await.unwrap();
+    let mut out: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+    for p in view.partitions.iter().filter(|p| p.held) {
+        out.entry(p.owner.clone().unwrap())
+            .or_default()
+            .push(p.partition);
+    }
+    out
+}
+
+/// Waits until the partitions are held by exactly `members`, each at most ceil(P/N) of them
+/// and every partition by one; the time it took.
+async fn wait_balanced(store: &Store, members: &[&str], partitions: u32, what: &str) -> Duration {
+    let started = Instant::now();
+    let cap = (partitions as usize).div_ceil(members.len());
+    loop {
+        let h = holders(store).await;
+        let all: usize = h.values().map(Vec::len).sum();
+        let ok = all == partitions as usize
+            && h.len() == members.len()
+            && members
+                .iter()
+                .all(|m| h.get(*m).is_some_and(|p| p.len() <= cap));
+        if ok {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{what}: partitions not balanced over {members:?} after 60 s: {h:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn fetch_i64(store: &Store, sql: &'static str, args: &[SqlValue<'_>]) -> i64 {
+    let mut tx = store.begin().await.unwrap();
+    let v = tx.fetch_i64(sql, args).await.unwrap().unwrap_or(0);
+    tx.rollback().await.unwrap();
+    v
+}
+
+/// Waits until every one of `accounts` × `rounds` events was handled, then asserts each once
+/// and in order.
+async fn assert_all_handled(store: &Store, accounts: usize, rounds: u64, what: &str) {
+    let want = (accounts as u64 * rounds) as i64;
+    let started = Instant::now();
+    loop {
+        let n = fetch_i64(store, "SELECT COUNT(*) FROM group_seen", &[]).await;
+        if n >= want {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(90),
+            "{what}: {n} of {want} events handled after 90 s; held: {:?}; dead letters: {}",
+            store.stats().await,
+            fetch_i64(store, "SELECT COUNT(*) FROM event_dead_letters", &[]).await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let n = fetch_i64(store, "SELECT COUNT(*) FROM group_seen", &[]).await;
+    let distinct = fetch_i64(
+        store,
+        "SELECT COUNT(DISTINCT event_id) FROM group_seen",
+        &[],
+    )
+    .await;
+    assert_eq!(
+        (n, distinct),
+        (want, want),
+        "{what}: every event handled once"
+    );
+    let rows = store
+        .query("SELECT account, sequence FROM group_seen ORDER BY n")
+        .fetch_all()
+        .await
+        .unwrap();
+    let mut last: BTreeMap<String, i64> = BTreeMap::new();
+    for r in &rows {
+        let (account, seq): (String, i64) = (r.get_at(0).unwrap(), r.get_at(1).unwrap());
+        let prev = last.insert(account.clone(), seq).unwrap_or(0);
+        assert_eq!(
+            seq,
+            prev + 1,
+            "{what}: {account} handled {seq} after {prev}"
+        );
+    }
+    let dead = fetch_i64(store, "SELECT COUNT(*) FROM event_dead_letters", &[]).await;
+    assert_eq!(dead, 0, "{what}: nothing dead-lettered");
+}
+
+/// Events of partitions `partitions` committed after `since` handled yet (the sequences
+/// committed after it are above `round`).
+async fn flowing(store: &Store, accounts: &[String], round: u64) -> bool {
+    for a in accounts {
+        let n = fetch_i64(
+            store,
+            "SELECT COUNT(*) FROM group_seen WHERE account = $1 AND sequence > $2",
+            &[SqlValue::Text(a), SqlValue::Int(round as i64)],
+        )
+        .await;
+        if n == 0 {
+            return false;
+        }
+    }
+    true
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn partition_counts_must_agree_and_old_streams_are_one_partition() {
+    const T: &str = "partition_counts_must_agree";
+    let Some(url) = enabled(T) else { return };
+    log();
+    let client = nats::connect(&url, T).await.unwrap();
+    let js = jetstream::new(client.clone());
+    let (stream, prefix) = names();
+    let spec = StreamSpec::new(&stream)
+        .subjects([format!("{prefix}.>")])
+        .partitions(4);
+    let shape = spec.create(&js).await.unwrap();
+    assert_eq!(shape.partitions, 4);
+    assert_eq!(
+        shape.subjects,
+        (0..4)
+            .map(|p| format!("{prefix}.{p}.>"))
+            .collect::<Vec<_>>()
+    );
+    // Each side configured with another count refuses to start, naming both.
+    let db = database(T).await;
+    let relay = NatsRelay::new(
+        client.clone(),
+        RelayConfig::new(&stream)
+            .subject_prefix(&prefix)
+            .partitions(8),
+    );
+    let producer = Outbox::builder(db.open().await)
+        .dispatcher(Dispatcher::builder_empty().event::<Tick>())
+        .destination(relay.clone())
+        .build()
+        .unwrap();
+    let e = relay.check(&producer).await.unwrap_err();
+    assert!(
+        matches!(
+            e,
+            NatsError::PartitionsMismatch {
+                configured: 8,
+                found: 4,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    let text = e.to_string();
+    assert!(
+        text.contains("8 partition") && text.contains("has 4"),
+        "{text}"
+    );
+    consumer_tables(&db).await;
+    let e = NatsInbox::new(&js, consuming(&db).await, inbox_config(&stream, &prefix, 1))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            NatsError::PartitionsMismatch {
+                configured: 1,
+                found: 4,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    let group = NatsGroup::new(
+        &js,
+        consuming(&db).await,
+        inbox_config(&stream, &prefix, 2),
+        GroupConfig::new(),
+    )
+    .unwrap();
+    let e = group
+        .run(CancellationToken::new(), Some(Duration::from_secs(1)))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            NatsError::PartitionsMismatch {
+                configured: 2,
+                found: 4,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    let e = StreamSpec::new(&stream)
+        .subjects([format!("{prefix}.>")])
+        .check(&js)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            NatsError::PartitionsMismatch {
+                configured: 1,
+                found: 4,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    let e = StreamSpec::new(&stream)
+        .partitions(0)
+        .create(&js)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, NatsError::Config(_)), "{e:?}");
+
+    // A stream as a release before partitions made it (no description): one partition,
+    // today's subjects, no partition token.
+    let (old, old_prefix) = names();
+    js.create_stream(jetstream::stream::Config {
+        name: old.clone(),
+        subjects: vec![format!("{old_prefix}.>")],
+        duplicate_window: Duration::from_secs(120),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let shape = StreamSpec::new(&old)
+        .subjects([format!("{old_prefix}.>")])
+        .check(&js)
+        .await
+        .unwrap();
+    assert_eq!(shape.partitions, 1);
+    let producer = relayed(&client, db.open().await, &old, &old_prefix, 1).await;
+    let mut uow = producer.begin().await.unwrap();
+    uow.add(
+        Envelope::new(Tick {
+            account: "A1".into(),
+        })
+        .with_sequence(1),
+    );
+    uow.commit().await.unwrap();
+    producer.drain(Duration::from_secs(10)).await.unwrap();
+    let s = js.get_stream(&old).await.unwrap();
+    let m = s
+        .get_last_raw_message_by_subject(&format!("{old_prefix}.grouptest.tick"))
+        .await;
+    assert!(m.is_ok(), "published on today's subject: {m:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn relay_spreads_aggregates_over_the_partitions() {
+    const T: &str = "relay_spreads_aggregates";
+    let Some(url) = enabled(T) else { return };
+    log();
+    let client = nats::connect(&url, T).await.unwrap();
+    let js = jetstream::new(client.clone());
+    let (stream, prefix) = names();
+    StreamSpec::new(&stream)
+        .subjects([format!("{prefix}.>")])
+        .partitions(4)
+        .create(&js)
+        .await
+        .unwrap();
+    let db = database(T).await;
+    let producer = relayed(&client, db.open().await, &stream, &prefix, 4).await;
+    let mut uow = producer.begin().await.unwrap();
+    for a in 0..40 {
+        for seq in 1..=2 {
+            uow.add(
+                Envelope::new(Tick {
+                    account: format!("A{a}"),
+                })
+                .with_sequence(seq),
+            );
+        }
+    }
+    uow.commit().await.unwrap();
+    producer.drain(Duration::from_secs(20)).await.unwrap();
+    let mut s = js.get_stream(&stream).await.unwrap();
+    assert_eq!(s.info().await.unwrap().state.messages, 80);
+    // Every message sits on its aggregate's partition, each partition has some.
+    let mut per_partition = [0u32; 4];
+    for seq in 1..=80u64 {
+        let m = s.get_raw_message(seq).await.unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&m.payload).unwrap();
+        let account = body["subject"].as_str().unwrap();
+        let p = nats::partition_of(body["aggregatetype"].as_str().unwrap(), account, 4);
+        assert_eq!(
+            m.subject.as_str(),
+            format!("{prefix}.{p}.grouptest.tick"),
+            "{account}"
+        );
+        per_partition[p as usize] += 1;
+    }
+    assert!(per_partition.iter().all(|&n| n > 0), "{per_partition:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_group_shares_partitions_and_hands_them_over() {
+    const T: &str = "group_shares_partitions";
+    let Some(url) = enabled(T) else { return };
+    log();
+    const P: u32 = 6;
+    const ACCOUNTS: usize = 24;
+    let client = nats::connect(&url, T).await.unwrap();
+    let js = jetstream::new(client.clone());
+    let (stream, prefix) = names();
+    StreamSpec::new(&stream)
+        .subjects([format!("{prefix}.>")])
+        .partitions(P)
+        .create(&js)
+        .await
+        .unwrap();
+    let producer_db = Db::Sqlite(common::sqlite(T).await.0);
+    let db = database(T).await;
+    consumer_tables(&db).await;
+    let watch = db.open().await;
+    let mut producer =
+        Producer::start(&client, &producer_db, &stream, &prefix, P, ACCOUNTS, 1).await;
+
+    let mut a = Instance::start(&url, &db, &stream, &prefix, P, "a").await;
+    let mut b = Instance::start(&url, &db, &stream, &prefix, P, "b").await;
+    let took = wait_balanced(&watch, &["a", "b"], P, "two instances start").await;
+    say(&format!(
+        "rebalance: two instances start: balanced after {took:?}"
+    ));
+
+    let started = Instant::now();
+    let mut c = Instance::start(&url, &db, &stream, &prefix, P, "c").await;
+    let took = wait_balanced(&watch, &["a", "b", "c"], P, "a third starts").await;
+    say(&format!(
+        "rebalance: a third instance starts: balanced after {took:?}"
+    ));
+    assert!(
+        started.elapsed() < LEASE * 2 + Duration::from_secs(3),
+        "a start rebalanced within two leases (and the batch in hand): {:?}",
+        started.elapsed()
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    // Killed: its partitions come back after its lease, its messages after the ack wait.
+    let held = holders(&watch).await;
+    let orphans = held.get("c").cloned().unwrap_or_default();
+    assert!(!orphans.is_empty(), "{held:?}");
+    let orphaned: Vec<String> = (0..ACCOUNTS)
+        .map(|i| format!("A{i}"))
+        .filter(|acc| orphans.contains(&nats::partition_of(Tick::AGGREGATE_TYPE, acc, P)))
+        .collect();
+    let round = producer.rounds.load(Ordering::SeqCst);
+    let killed = Instant::now();
+    c.kill();
+    let took = wait_balanced(&watch, &["a", "b"], P, "an instance killed").await;
+    say(&format!(
+        "rebalance: an instance killed (lease {LEASE:?}): partitions taken after {took:?}"
+    ));
+    assert!(took < LEASE * 2 + Duration::from_secs(2), "{took:?}");
+    while !flowing(&watch, &orphaned, round + 2).await {
+        assert!(
+            killed.elapsed() < ACK_WAIT + LEASE * 2 + Duration::from_secs(5),
+            "the killed instance's aggregates flow again within the ack wait + 2 leases: {:?}",
+            killed.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    say(&format!(
+        "rebalance: an instance killed: its aggregates flow again after {:?} (ack wait {ACK_WAIT:?})",
+        killed.elapsed()
+    ));
+
+    // Stopped: hands over at once.
+    let stopped = Instant::now();
+    b.stop().await;
+    let took = wait_balanced(&watch, &["a"], P, "an instance stopped").await;
+    say(&format!(
+        "rebalance: an instance stopped: partitions taken {took:?} after its stop returned ({:?} in all)",
+        stopped.elapsed()
+    ));
+    assert!(
+        took < LEASE,
+        "a graceful stop hands over within a lease: {took:?}"
+    );
+
+    let rounds = producer.stop_writing().await;
+    assert_all_handled(&watch, ACCOUNTS, rounds, "group").await;
+    a.stop().await;
+    assert!(holders(&watch).await.is_empty(), "every partition released");
+    assert!(
+        watch
+            .group_view("billing")
+            .await
+            .unwrap()
+            .members
+            .iter()
+            .all(|m| m.member == "c"),
+        "the stopped instances left; the killed one's row remains until forgotten"
+    );
+    producer.stop_relay().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_running_pair_goes_from_one_partition_to_four_under_load() {
+    const T: &str = "repartition_under_load";
+    let Some(url) = enabled(T) else { return };
+    log();
+    const ACCOUNTS: usize = 16;
+    let client = nats::connect(&url, T).await.unwrap();
+    let js = jetstream::new(client.clone());
+    let (stream, prefix) = names();
+    let spec = StreamSpec::new(&stream).subjects([format!("{prefix}.>")]);
+    spec.create(&js).await.unwrap();
+    let producer_db = Db::Sqlite(common::sqlite(T).await.0);
+    let db = database(T).await;
+    consumer_tables(&db).await;
+    let watch = db.open().await;
+
+    // Before: one partition, one inbox on `<prefix>.grouptest.>`.
+    let mut producer =
+        Producer::start(&client, &producer_db, &stream, &prefix, 1, ACCOUNTS, 1).await;
+    let old = consuming(&db).await;
+    let old_workers = old.spawn_workers(1);
+    let old_inbox = NatsInbox::new(&js, old.clone(), inbox_config(&stream, &prefix, 1))
+        .await
+        .unwrap();
+    let stop_old = CancellationToken::new();
+    let old_run = tokio::spawn({
+        let stop = stop_old.clone();
+        async move { old_inbox.run(stop, None).await }
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    // 1. The stream: 4 partitions declared, today's subjects kept.
+    let shape = spec
+        .clone()
+        .partitions(4)
+        .repartition(&js, false)
+        .await
+        .unwrap();
+    assert_eq!(shape.partitions, 4);
+    // 2. The consumers: the old inbox's process is killed (nothing acknowledged of its batch
+    // in hand) while the producer goes on publishing on today's subjects, then a group of
+    // two starts in its place: it drains the consumer the old inbox leaves behind.
+    old_run.abort();
+    drop(stop_old);
+    old_workers.cancel_token().cancel();
+    drop(old_workers);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut a = Instance::start(&url, &db, &stream, &prefix, 4, "a").await;
+    let mut b = Instance::start(&url, &db, &stream, &prefix, 4, "b").await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // 3. The producer restarts with 4 partitions, writing on.
+    let round = producer.stop_writing().await;
+    producer.stop_relay().await;
+    let mut producer = Producer::start(
+        &client,
+        &producer_db,
+        &stream,
+        &prefix,
+        4,
+        ACCOUNTS,
+        round + 1,
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // 4. Once every producer publishes with 4: only the partitions' subjects.
+    let shape = spec
+        .clone()
+        .partitions(4)
+        .repartition(&js, true)
+        .await
+        .unwrap();
+    assert_eq!(shape.subjects.len(), 4);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let rounds = producer.stop_writing().await;
+    assert!(rounds > round, "the producer wrote on after its restart");
+    // Every event either producer committed is handled once, in order.
+    assert_all_handled(&watch, ACCOUNTS, rounds, "1 -> 4").await;
+    a.stop().await;
+    b.stop().await;
+    producer.stop_relay().await;
+}
