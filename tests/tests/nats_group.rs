@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
 use event_core::{event_handler, DomainEvent, Envelope, HandlerError};
+use event_runtime::cli::{run_with_output, App};
 use event_runtime::transport::nats::{
     self, GroupConfig, InboxConfig, InboxReport, NatsError, NatsGroup, NatsInbox, NatsRelay,
     RelayConfig, StreamSpec,
@@ -319,6 +320,31 @@ impl Instance {
             drop(w);
         }
     }
+}
+
+/// What `events nats group status billing` prints.
+async fn group_status(db: &Db, url: &str, stream: &str) -> String {
+    let mut argv: Vec<String> = vec!["events".into()];
+    match db {
+        Db::Sqlite(u) => argv.extend(["--database".into(), u.clone()]),
+        Db::Postgres { url, schema } => argv.extend([
+            "--database".into(),
+            url.clone(),
+            "--schema".into(),
+            schema.clone(),
+        ]),
+    }
+    argv.extend(
+        [
+            "nats", "group", "status", "billing", "--stream", stream, "--nats", url,
+        ]
+        .map(String::from),
+    );
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let code = run_with_output(argv, App::standalone(), &mut out, &mut err).await;
+    let (out, err) = (String::from_utf8_lossy(&out), String::from_utf8_lossy(&err));
+    assert_eq!(code, std::process::ExitCode::SUCCESS, "{out}{err}");
+    format!("{out}{err}")
 }
 
 /// Who holds which partition now, per the group's rows.
@@ -664,6 +690,13 @@ async fn a_group_shares_partitions_and_hands_them_over() {
         started.elapsed()
     );
     tokio::time::sleep(Duration::from_secs(1)).await;
+    // The operator's view: three live instances, every partition held, the lag per partition.
+    let status = group_status(&db, &url, &stream).await;
+    say(&status);
+    for needle in ["instances: 3 live of 3", "billing-0", "billing-5", "held"] {
+        assert!(status.contains(needle), "{needle}: {status}");
+    }
+    assert!(!status.contains("never taken"), "{status}");
 
     // Killed: its partitions come back after its lease, its messages after the ack wait.
     let held = holders(&watch).await;

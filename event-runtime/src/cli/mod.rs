@@ -217,6 +217,8 @@ mod handler;
 #[cfg(feature = "nats")]
 mod nats;
 #[cfg(feature = "nats")]
+mod nats_group;
+#[cfg(feature = "nats")]
 mod refetch;
 mod relay;
 mod resolve;
@@ -727,6 +729,10 @@ async fn execute_io(cli: Cli, app: App<'_>, io: &mut Io<'_>) -> Result<(), CliEr
         Command::Nats(nats::NatsCommand::Stream(command)) => nats::stream(command, io).await,
         #[cfg(feature = "nats")]
         Command::Nats(nats::NatsCommand::Inbox(command)) => nats::inbox(&target, command, io).await,
+        #[cfg(feature = "nats")]
+        Command::Nats(nats::NatsCommand::Group(command)) => {
+            nats_group::run(&target, command, io).await
+        }
     }
 }
 

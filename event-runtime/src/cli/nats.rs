@@ -1,5 +1,6 @@
 //! `events nats stream create|check`: the stream the relay publishes to, created or verified
-//! with [`StreamSpec`] (NATS only, never the database); `events nats inbox show|adopt`: the
+//! with [`StreamSpec`] (NATS only, never the database), `repartition` changing its
+//! partitions; `events nats inbox show|adopt`: the
 //! stream and consumer an inbox recorded in its store, against what the server has.
 
 use std::time::Duration;
@@ -19,6 +20,9 @@ pub(super) enum NatsCommand {
     /// An inbox's recorded stream and consumer: show, adopt (needs --database)
     #[command(subcommand)]
     Inbox(InboxCommand),
+    /// A group of inbox instances sharing a partitioned stream: status (needs --database)
+    #[command(subcommand)]
+    Group(super::nats_group::GroupCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -145,6 +149,16 @@ pub(super) enum StreamCommand {
     Create(StreamArgs),
     /// Check that the stream exists with these subjects and at least these limits
     Check(StreamArgs),
+    /// Change the stream's partitions in place (the procedure: the transport's docs,
+    /// "Changing the partitions"): records the new count and adds its subjects; with
+    /// --prune, keeps only the new count's subjects
+    Repartition {
+        #[command(flatten)]
+        stream: StreamArgs,
+        /// Capture only the new count's subjects (once every producer publishes with it)
+        #[arg(long)]
+        prune: bool,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -167,12 +181,18 @@ pub(super) struct StreamArgs {
     /// Copies of the stream in a cluster (3 survives one server's loss; check: at least)
     #[arg(long, value_name = "N", default_value_t = 1)]
     replicas: usize,
+    /// Partitions: a partition token after each subject's first token (check: exactly)
+    #[arg(long, value_name = "P", default_value_t = 1)]
+    partitions: u32,
 }
 
 pub(super) async fn stream(command: StreamCommand, io: &mut Io<'_>) -> Result<(), CliError> {
-    let (create, args) = match command {
-        StreamCommand::Create(a) => (true, a),
-        StreamCommand::Check(a) => (false, a),
+    let (what, args) = match command {
+        StreamCommand::Create(a) => ("create", a),
+        StreamCommand::Check(a) => ("check", a),
+        StreamCommand::Repartition { stream, prune } => {
+            (if prune { "prune" } else { "repartition" }, stream)
+        }
     };
     let client = crate::transport::nats::connect(&nats_url(args.nats), "events")
         .await
@@ -181,12 +201,13 @@ pub(super) async fn stream(command: StreamCommand, io: &mut Io<'_>) -> Result<()
     let mut spec = StreamSpec::new(&args.name)
         .subjects(args.subjects)
         .duplicate_window(Duration::from_secs(args.duplicate_window))
-        .replicas(args.replicas);
+        .replicas(args.replicas)
+        .partitions(args.partitions);
     spec.max_msg_size = args.max_msg_size;
-    let shape = if create {
-        spec.create(&js).await
-    } else {
-        spec.check(&js).await
+    let shape = match what {
+        "create" => spec.create(&js).await,
+        "check" => spec.check(&js).await,
+        w => spec.repartition(&js, w == "prune").await,
     }
     .map_err(CliError::Nats)?;
     // A clustered stream that exists may still take nothing (no quorum) or run short of a
@@ -222,6 +243,7 @@ fn print(s: &StreamShape, io: &mut Io<'_>) -> Result<(), CliError> {
         None => writeln!(io.out, "  max_msg_size      the server's max_payload")?,
     }
     writeln!(io.out, "  replicas          {}", s.replicas)?;
+    writeln!(io.out, "  partitions        {}", s.partitions)?;
     if let Some(leader) = &s.leader {
         writeln!(io.out, "  leader            {leader}")?;
     }

@@ -261,7 +261,7 @@ impl NatsGroup {
                     }
                     self.rebalance(&view, &mut running, &mut tasks, &fetched)
                         .await;
-                    if unpartitioned && std::env::var("MUTANT").is_err() {
+                    if unpartitioned {
                         self.unpartitioned(&mut running, &mut tasks, &fetched);
                     }
                 }

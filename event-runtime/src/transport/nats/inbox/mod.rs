@@ -4,6 +4,7 @@
 //! message's verdict says. What is NATS's own stays here: the consumer, the broker identity
 //! it checks, and acks. It must not run handlers: the consuming outbox's engine does.
 
+mod checks;
 mod config;
 mod identity;
 mod refetch;
@@ -13,10 +14,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, consumer::pull, AckKind};
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 use tokio_util::sync::CancellationToken;
 
 pub use crate::inbox::InboxReport;
+pub(in crate::transport::nats) use checks::preflight;
 pub use config::{InboxConfig, ReceivedBatch};
 pub(crate) use identity::observe;
 use identity::{created, describe_observed, same_time};
@@ -42,6 +44,9 @@ pub const IDENTITY_CHECK_INTERVAL: Duration = Duration::from_secs(30);
 /// that does not exceed the consumer's redelivery delay plus this: a failover must not be
 /// reported as a gap.
 pub const FAILOVER_ALLOWANCE: Duration = Duration::from_secs(45);
+
+/// How long past its expiry a fetch waits for the server to end it.
+const FETCH_GRACE: Duration = Duration::from_millis(250);
 
 /// The NATS JetStream inbox of a consuming service: see the [module docs](super).
 pub struct NatsInbox {
@@ -378,16 +383,32 @@ impl NatsInbox {
             .messages()
             .await
             .map_err(NatsError::broker("fetch"))?;
+        // nats-server 2.9 does not always end a pull request that expired having delivered
+        // part of its batch (its 408 comes only once another message or request makes it
+        // look): async-nats then waits 5 s more. The batch ends at its expiry plus a grace
+        // here, taking what already arrived; the server delivers nothing to an expired
+        // request, and a message still on the wire then is redelivered after the ack wait.
+        let deadline = tokio::time::Instant::now() + self.config.fetch_wait + FETCH_GRACE;
         let mut messages = Vec::new();
-        while let Some(m) = batch.next().await {
-            match m {
-                Ok(m) => messages.push(m),
-                Err(e) => {
+        loop {
+            let next = match tokio::time::timeout_at(deadline, batch.next()).await {
+                Ok(next) => next,
+                Err(_) => {
+                    while let Some(Some(Ok(m))) = batch.next().now_or_never() {
+                        messages.push(m);
+                    }
+                    break;
+                }
+            };
+            match next {
+                Some(Ok(m)) => messages.push(m),
+                Some(Err(e)) => {
                     if messages.is_empty() {
                         return Err(NatsError::Broker("fetch", e));
                     }
                     break;
                 }
+                None => break,
             }
         }
         Ok(messages)
@@ -403,7 +424,12 @@ impl NatsInbox {
             fetched.fetch_add(messages.len() as u64, Ordering::Relaxed);
         }
         if self.config.partitions > 1 && !self.config.unpartitioned {
-            self.count_misplaced(&messages);
+            checks::count_misplaced(
+                &self.name,
+                self.config.partitions,
+                &messages,
+                &self.misplaced,
+            );
         }
         let batch: Vec<Incoming> = messages.iter().map(incoming).collect();
         let receipt = self.outbox.receive(&self.name, batch).await;
@@ -431,59 +457,6 @@ impl NatsInbox {
             poison,
             report: receipt.report,
         })
-    }
-
-    /// Counts the messages whose subject's partition is not their aggregate's under this
-    /// stream's count (a producer publishing with another count: during a change of the
-    /// partitions, or misconfigured), and logs them at most once a minute with both values.
-    /// They are accepted all the same: the inbox core's chains keep each aggregate's order
-    /// whichever partition its events came through.
-    fn count_misplaced(&self, messages: &[jetstream::Message]) {
-        #[derive(serde::Deserialize)]
-        struct Key<'a> {
-            #[serde(borrow)]
-            aggregatetype: std::borrow::Cow<'a, str>,
-            #[serde(borrow)]
-            subject: std::borrow::Cow<'a, str>,
-        }
-        let partitions = self.config.partitions;
-        let mut example = None;
-        let mut n = 0u64;
-        for m in messages {
-            let Some(on) = super::partition::partition_token(&m.subject) else {
-                continue;
-            };
-            let Ok(key) = serde_json::from_slice::<Key>(&m.payload) else {
-                continue; // undecodable: the core dead-letters it
-            };
-            let belongs = super::partition_of(&key.aggregatetype, &key.subject, partitions);
-            if belongs != on {
-                n += 1;
-                example.get_or_insert_with(|| (m.subject.to_string(), on, belongs));
-            }
-        }
-        if n == 0 {
-            return;
-        }
-        metrics::counter!("events_nats_partition_mismatches_total").increment(n);
-        let mut misplaced = self.misplaced.lock().unwrap_or_else(|e| e.into_inner());
-        misplaced.0 += n;
-        if misplaced
-            .1
-            .is_some_and(|at| at.elapsed() < Duration::from_secs(60))
-        {
-            return;
-        }
-        let (subject, on, belongs) = example.expect("one counted");
-        tracing::warn!(
-            inbox = %self.name,
-            messages = misplaced.0,
-            stream_partitions = partitions,
-            "inbox {}: {} message(s) on a partition their aggregate does not belong to with {partitions} partitions (e.g. `{subject}`: partition {on}, its aggregate's is {belongs}): a producer publishes with another count of partitions; accepted (each aggregate's order is kept)",
-            self.name,
-            misplaced.0,
-        );
-        *misplaced = (0, Some(Instant::now()));
     }
 
     /// Replays this inbox's dead letters `ids` through the inbox core
@@ -611,51 +584,6 @@ impl NatsInbox {
         }
         Ok(total)
     }
-}
-
-/// The checks of an inbox's configuration against its consuming outbox that need no broker:
-/// see [`NatsInbox::new`]'s errors ([`NatsError::Config`], [`NatsError::RetentionTooShort`]).
-pub(super) fn preflight(outbox: &Outbox, config: &InboxConfig) -> Result<(), NatsError> {
-    config.validate()?;
-    let horizon = config.redelivery_horizon();
-    let retention = outbox.config().retention;
-    if retention <= horizon {
-        return Err(NatsError::RetentionTooShort { retention, horizon });
-    }
-    // A message the consumer fetched and lost (a crash before its ack) comes back after
-    // the ack wait (or its backoff step) and a fetch: the events after it wait that long
-    // for it, and must not be reported as a gap meanwhile.
-    let redelivery = config
-        .backoff
-        .iter()
-        .copied()
-        .max()
-        .unwrap_or_default()
-        .max(config.ack_wait)
-        + config.fetch_wait;
-    if !config.allow_in_transaction_handlers {
-        let in_transaction: Vec<&str> = outbox
-            .dispatcher()
-            .registry()
-            .handlers()
-            .iter()
-            .filter(|h| h.mode == event_core::DeliveryMode::InTransaction)
-            .map(|h| h.name)
-            .collect();
-        if !in_transaction.is_empty() {
-            return Err(NatsError::Config(format!(
-                "the consuming outbox registers in-transaction handlers ({}): they run when a received event is committed, before a predecessor it waits for arrives, so they would see the broker's order, not the producer's; make them after-commit handlers, or allow them with InboxConfig::allow_in_transaction_handlers(true) when they handle only this service's own events",
-                in_transaction.join(", ")
-            )));
-        }
-    }
-    let gap_after = outbox.config().gap_after;
-    if gap_after <= redelivery + FAILOVER_ALLOWANCE {
-        return Err(NatsError::Config(format!(
-            "OutboxConfig::gap_after ({gap_after:?}) must exceed the consumer's redelivery delay ({redelivery:?}: ack wait or its longest backoff step, plus the fetch wait) plus a cluster's failover ({FAILOVER_ALLOWANCE:?}, FAILOVER_ALLOWANCE): a message merely awaiting redelivery, or a new leader, would be reported as a gap"
-        )));
-    }
-    Ok(())
 }
 
 /// A fetched message as the inbox core takes it: the body, its `Content-Type` and
