@@ -83,6 +83,22 @@ pub(crate) async fn observe(
     })
 }
 
+/// The first sequence the stream `stream` still holds (what its limits or a purge removed is
+/// below it).
+///
+/// # Errors
+/// [`NatsError::Broker`] when it cannot be asked.
+pub(super) async fn first_sequence(
+    js: &jetstream::Context,
+    stream: &str,
+) -> Result<u64, NatsError> {
+    let s = js
+        .get_stream(stream)
+        .await
+        .map_err(NatsError::broker("get stream"))?;
+    Ok(s.cached_info().state.first_sequence)
+}
+
 pub(super) fn describe_observed(stream: &str, durable: &str, o: &Observed) -> String {
     match &o.consumer {
         Some((at, _)) => format!(

@@ -349,7 +349,18 @@ impl NatsInbox {
                     sequences.fold((u64::MAX, 0), |(lo, hi), s| (lo.min(s), hi.max(s)));
                 let seen = *self.seen.lock().unwrap_or_else(|e| e.into_inner());
                 if first != u64::MAX && first > seen.saturating_add(1) {
-                    self.verdict().await?;
+                    // A consumer's info costs the server a count of its pending messages
+                    // (a scan of the stream for a filtered consumer, holding up its
+                    // deliveries): asked only when the stream's own first sequence says
+                    // messages after what this inbox saw were removed.
+                    let removed =
+                        match identity::first_sequence(&self.js, &self.config.stream).await {
+                            Ok(first_kept) => first_kept > seen.saturating_add(1),
+                            Err(_) => true,
+                        };
+                    if removed {
+                        self.verdict().await?;
+                    }
                 }
                 {
                     let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
@@ -374,15 +385,40 @@ impl NatsInbox {
         }
     }
 
+    /// One batch: what the consumer has now, up to [`InboxConfig::batch`], without waiting;
+    /// when it has nothing, the first message to arrive within
+    /// [`InboxConfig::fetch_wait`] and what followed it. A pull request waits for its whole
+    /// batch until it expires, so one request would hold a batch filled in part (the end of
+    /// a backlog, a trickle of events) for the whole fetch wait.
     async fn fetch(&self) -> Result<Vec<jetstream::Message>, NatsError> {
-        let mut batch = self
-            .consumer
-            .batch()
-            .max_messages(self.config.batch)
-            .expires(self.config.fetch_wait)
-            .messages()
-            .await
-            .map_err(NatsError::broker("fetch"))?;
+        let mut messages = self.pull(self.config.batch, false).await?;
+        if !messages.is_empty() {
+            return Ok(messages);
+        }
+        messages = self.pull(1, true).await?;
+        if !messages.is_empty() && self.config.batch > 1 {
+            // Failing now, the next batch says so: these are in hand.
+            if let Ok(more) = self.pull(self.config.batch - 1, false).await {
+                messages.extend(more);
+            }
+        }
+        Ok(messages)
+    }
+
+    /// One pull request for `n` messages: waiting for them up to the fetch wait, or (not
+    /// `wait`) taking only what is there now.
+    async fn pull(&self, n: usize, wait: bool) -> Result<Vec<jetstream::Message>, NatsError> {
+        let batch = if wait {
+            self.consumer
+                .batch()
+                .max_messages(n)
+                .expires(self.config.fetch_wait)
+                .messages()
+                .await
+        } else {
+            self.consumer.fetch().max_messages(n).messages().await
+        };
+        let mut batch = batch.map_err(NatsError::broker("fetch"))?;
         // nats-server 2.9 does not always end a pull request that expired having delivered
         // part of its batch (its 408 comes only once another message or request makes it
         // look): async-nats then waits 5 s more. The batch ends at its expiry plus a grace
