@@ -844,3 +844,97 @@ async fn a_running_pair_goes_from_one_partition_to_four_under_load() {
     b.stop().await;
     producer.stop_relay().await;
 }
+
+/// Publishes the event `seq` of `account` on its partition's subject, as a relay would.
+async fn publish_tick(
+    js: &jetstream::Context,
+    prefix: &str,
+    partitions: u32,
+    account: &str,
+    seq: u64,
+) {
+    let e = Envelope::new(Tick {
+        account: account.into(),
+    })
+    .with_sequence(seq)
+    .with_source("urn:test:group");
+    let json = serde_json::to_string(&e).unwrap();
+    let body = event_runtime::Delivery::new(e.id(), "grouptest.tick", &json)
+        .previous_sequence(seq - 1)
+        .wire_envelope()
+        .into_owned();
+    let p = nats::partition_of(Tick::AGGREGATE_TYPE, account, partitions);
+    js.publish(format!("{prefix}.{p}.grouptest.tick"), body.into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+}
+
+/// A partition's inbox skips the other partitions' stream sequences on every batch without
+/// a verdict, and still stops before committing a batch that follows messages of its
+/// partition the stream removed unreceived (its limits).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_inbox_stops_on_messages_removed_before_it_received_them() {
+    const T: &str = "partition_messages_lost";
+    let Some(url) = enabled(T) else { return };
+    log();
+    let client = nats::connect(&url, T).await.unwrap();
+    let js = jetstream::new(client);
+    let (stream, prefix) = names();
+    let spec = StreamSpec::new(&stream)
+        .subjects([format!("{prefix}.>")])
+        .partitions(2);
+    spec.create(&js).await.unwrap();
+    // The stream keeps its last 20 messages.
+    let mut s = js.get_stream(&stream).await.unwrap();
+    let mut config = s.info().await.unwrap().config.clone();
+    config.max_messages = 20;
+    js.update_stream(config).await.unwrap();
+    let on = |p: u32| {
+        (0..)
+            .map(|i| format!("A{i}"))
+            .filter(move |a| nats::partition_of(Tick::AGGREGATE_TYPE, a, 2) == p)
+    };
+    let (mine, other): (Vec<String>, Vec<String>) =
+        (on(0).take(4).collect(), on(1).take(4).collect());
+    let db = database(T).await;
+    consumer_tables(&db).await;
+    let outbox = consuming(&db).await;
+    let inbox = NatsInbox::new(
+        &js,
+        outbox.clone(),
+        inbox_config(&stream, &prefix, 2).partition(0).batch(2),
+    )
+    .await
+    .unwrap();
+    // Interleaved with the other partition: each batch skips sequences, none is lost.
+    for seq in 1..=2 {
+        for (m, o) in mine.iter().zip(&other) {
+            publish_tick(&js, &prefix, 2, m, seq).await;
+            publish_tick(&js, &prefix, 2, o, seq).await;
+        }
+    }
+    let mut received = 0;
+    for _ in 0..3 {
+        received += inbox.receive().await.unwrap().received;
+    }
+    assert_eq!(received, 6, "three batches of two, each after a skip");
+    // 2 of partition 0 (stream sequences 13 and 15) are left unreceived; 20 more messages
+    // push them out of the stream.
+    for seq in 3..=6 {
+        for o in &other {
+            publish_tick(&js, &prefix, 2, o, seq).await;
+        }
+    }
+    for m in &mine {
+        publish_tick(&js, &prefix, 2, m, 3).await;
+    }
+    let e = inbox
+        .receive()
+        .await
+        .expect_err("messages of partition 0 were removed");
+    assert!(matches!(e, NatsError::MessagesLost { .. }), "{e}");
+    let committed = fetch_i64(outbox.store(), "SELECT COUNT(*) FROM event_outbox", &[]).await;
+    assert_eq!(committed, 6, "nothing committed past the hole");
+}
