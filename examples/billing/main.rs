@@ -1,5 +1,5 @@
 //! `cargo run --release --example billing -- --nats URL --stream NAME --database URL
-//! --idle-exit SECS [--crash-after N] [--subject-prefix PREFIX]`
+//! --idle-exit SECS [--crash-after N] [--subject-prefix PREFIX] [--partitions P [--member NAME]]`
 //!
 //! The second service: consumes the events `orders --nats URL` publishes to JetStream,
 //! through a durable pull consumer (`billing`) and this service's own outbox (its own SQLite
@@ -10,6 +10,13 @@
 //! `summary: {…}` (JSON) with `invoices`, `revenue_by_region` (sales of invoiced orders,
 //! exact decimal strings: equal to what `orders` reports once every order shipped),
 //! `received`, `duplicates_skipped` and `dead_lettered`.
+//!
+//! With `--partitions P` (a stream `orders --partitions P` made), any number of billing
+//! processes on one database form a group: they share the partitions, each consuming its
+//! share through a durable consumer per partition (`<consumer>-<k>`); one that stops or is
+//! killed has its share taken over by the others. Each prints the database's totals when it
+//! leaves, with `others_running` (instances still at work then): the last one to leave prints
+//! them all.
 //!
 //! `billing events …` is the runtime's operations tool on billing's database (as `events`, with
 //! billing's event types and outbox): `billing events dlq replay ID --reason …` replays a
@@ -37,10 +44,12 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use event_core::{event_handler, Envelope, HandlerError};
 use event_runtime::cli::App;
-use event_runtime::transport::nats::{self, InboxConfig, InboxReport, NatsInbox};
+use event_runtime::transport::nats::{
+    self, GroupConfig, InboxConfig, InboxReport, NatsGroup, NatsInbox,
+};
 use event_runtime::{
-    ConnectOptions, Dispatcher, Outbox, OutboxConfig, OutboxError, Registry, RetryPolicy, SqlValue,
-    Store, Tx,
+    CancellationToken, ConnectOptions, Dispatcher, Outbox, OutboxConfig, OutboxError, Registry,
+    RetryPolicy, SqlValue, Store, Tx,
 };
 use examples::orders::domain::{LineAdded, OrderPlacedV2, OrderShipped};
 use rust_decimal::Decimal;
@@ -82,6 +91,14 @@ struct Args {
     /// service reads `<prefix>.order.>`.
     #[arg(long, value_name = "PREFIX", default_value = "events")]
     subject_prefix: String,
+    /// The stream's partitions (`orders --partitions`): with more than one, this process is
+    /// an instance of the group `--consumer`, sharing the partitions with the others that run
+    /// on the same database (each partition's durable consumer is `<consumer>-<k>`).
+    #[arg(long, value_name = "P", default_value_t = 1)]
+    partitions: u32,
+    /// This instance's name in the group (default: host, process id and a random suffix).
+    #[arg(long, value_name = "NAME")]
+    member: Option<String>,
 }
 
 /// Records that `handler` ran on event `sequence` of `order`, with the next value of this
@@ -205,6 +222,9 @@ struct Summary {
     dead_lettered: i64,
     /// (handler, order) pairs handled out of the producer's order (must be 0).
     out_of_order: i64,
+    /// Other instances of the group still running when this one left (`--partitions`): the
+    /// totals are then the database's so far, and the last instance to leave has them all.
+    others_running: usize,
     elapsed_ms: u64,
 }
 
@@ -291,8 +311,60 @@ async fn run(args: &Args) -> Result<Summary, Box<dyn std::error::Error>> {
     let outbox = outbox(store.clone())?;
     let client = nats::connect(&args.nats, "billing").await?;
     let js = async_nats::jetstream::new(client.clone());
+    let workers = outbox.spawn_workers(2);
+    let (total, others_running) = if args.partitions > 1 {
+        consume_group(args, &js, &outbox).await?
+    } else {
+        (consume(args, &js, &outbox).await?, 0)
+    };
+    workers.shutdown(Duration::from_secs(30)).await?;
+    outbox.drain(Duration::from_secs(300)).await?;
+    // Events stored but waiting for a predecessor that never came: the totals would be
+    // silently short. (While other instances run, a held event may await one they are
+    // committing: the last instance to leave checks.)
+    let held = outbox.held_events().await?;
+    if held > 0 && others_running == 0 {
+        return Err(format!(
+            "{held} received events wait for earlier events of their orders that never arrived (the broker lost them?): the summary would be partial; a billing run after they waited longer than gap_after (5 min) reports them as gaps, which `billing events inbox gaps` lists"
+        )
+        .into());
+    }
+
+    let mut revenue_by_region: BTreeMap<String, Decimal> = BTreeMap::new();
+    for (region, sales) in invoiced(&store).await? {
+        *revenue_by_region.entry(region).or_default() += Decimal::from_str(&sales)?;
+    }
+    // Normalised (no trailing zeros), as `orders` prints it: equal as text.
+    for revenue in revenue_by_region.values_mut() {
+        *revenue = revenue.normalize();
+    }
+    Ok(Summary {
+        invoices: count(&store, "SELECT COUNT(*) FROM billing_invoices").await?,
+        revenue_total: revenue_by_region.values().sum::<Decimal>().normalize(),
+        revenue_by_region,
+        received: total.received,
+        appended: total.appended,
+        duplicates_skipped: total.duplicates,
+        dead_lettered: count(
+            &store,
+            "SELECT COUNT(*) FROM event_dead_letters WHERE resolved_at IS NULL",
+        )
+        .await?,
+        out_of_order: count(&store, OUT_OF_ORDER).await?,
+        others_running,
+        elapsed_ms: started.elapsed().as_millis() as u64,
+    })
+}
+
+/// One inbox, on the durable consumer itself (one partition): until idle, or
+/// `--crash-after`.
+async fn consume(
+    args: &Args,
+    js: &async_nats::jetstream::Context,
+    outbox: &Outbox,
+) -> Result<InboxReport, Box<dyn std::error::Error>> {
     let inbox = NatsInbox::new(
-        &js,
+        js,
         outbox.clone(),
         InboxConfig::new(&args.stream, &args.consumer)
             .filter_subject(format!("{}.order.>", args.subject_prefix))
@@ -301,7 +373,6 @@ async fn run(args: &Args) -> Result<Summary, Box<dyn std::error::Error>> {
             .ack_wait(Duration::from_secs(10)),
     )
     .await?;
-    let workers = outbox.spawn_workers(2);
     let mut total = InboxReport::default();
     let mut last = Instant::now();
     // A crashed run's batch is redelivered after ack_wait: wait for it before idling out.
@@ -363,41 +434,47 @@ async fn run(args: &Args) -> Result<Summary, Box<dyn std::error::Error>> {
             idle = Duration::from_secs(args.idle_exit);
         }
     }
-    workers.shutdown(Duration::from_secs(30)).await?;
-    outbox.drain(Duration::from_secs(300)).await?;
-    // Events stored but waiting for a predecessor that never came: the totals would be
-    // silently short.
-    let held = outbox.held_events().await?;
-    if held > 0 {
-        return Err(format!(
-            "{held} received events wait for earlier events of their orders that never arrived (the broker lost them?): the summary would be partial; a billing run after they waited longer than gap_after (5 min) reports them as gaps, which `billing events inbox gaps` lists"
-        )
-        .into());
-    }
+    Ok(total)
+}
 
-    let mut revenue_by_region: BTreeMap<String, Decimal> = BTreeMap::new();
-    for (region, sales) in invoiced(&store).await? {
-        *revenue_by_region.entry(region).or_default() += Decimal::from_str(&sales)?;
+/// An instance of the group `--consumer` over a stream of `--partitions` partitions: it
+/// consumes its share of the partitions until none of them received anything for
+/// `--idle-exit` seconds. Returns what it received, and how many other instances were still
+/// running when it left.
+async fn consume_group(
+    args: &Args,
+    js: &async_nats::jetstream::Context,
+    outbox: &Outbox,
+) -> Result<(InboxReport, usize), Box<dyn std::error::Error>> {
+    if args.crash_after.is_some() {
+        return Err(
+            "--crash-after takes one partition: kill an instance of a group instead".into(),
+        );
     }
-    // Normalised (no trailing zeros), as `orders` prints it: equal as text.
-    for revenue in revenue_by_region.values_mut() {
-        *revenue = revenue.normalize();
+    let mut config = GroupConfig::new();
+    if let Some(member) = &args.member {
+        config = config.member(member);
     }
-    Ok(Summary {
-        invoices: count(&store, "SELECT COUNT(*) FROM billing_invoices").await?,
-        revenue_total: revenue_by_region.values().sum::<Decimal>().normalize(),
-        revenue_by_region,
-        received: total.received,
-        appended: total.appended,
-        duplicates_skipped: total.duplicates,
-        dead_lettered: count(
-            &store,
-            "SELECT COUNT(*) FROM event_dead_letters WHERE resolved_at IS NULL",
-        )
-        .await?,
-        out_of_order: count(&store, OUT_OF_ORDER).await?,
-        elapsed_ms: started.elapsed().as_millis() as u64,
-    })
+    let group = NatsGroup::new(
+        js,
+        outbox.clone(),
+        InboxConfig::new(&args.stream, &args.consumer)
+            .filter_subject(format!("{}.order.>", args.subject_prefix))
+            .partitions(args.partitions)
+            .batch(256)
+            .ack_wait(Duration::from_secs(10)),
+        config,
+    )?;
+    let idle = Duration::from_secs(args.idle_exit);
+    let total = group.run(CancellationToken::new(), Some(idle)).await?;
+    let others = group
+        .view()
+        .await?
+        .live_members()
+        .iter()
+        .filter(|m| m.as_str() != group.member())
+        .count();
+    Ok((total, others))
 }
 
 #[tokio::main]
@@ -418,6 +495,12 @@ async fn main() -> ExitCode {
                 "this run received {} messages: {} new events, {} duplicates skipped; {} open dead letters in the queue",
                 s.received, s.appended, s.duplicates_skipped, s.dead_lettered
             );
+            if s.others_running > 0 {
+                println!(
+                    "{} other instance(s) of the group still running: these are the totals so far",
+                    s.others_running
+                );
+            }
             println!("summary: {}", serde_json::to_string(&s).unwrap_or_default());
             ExitCode::SUCCESS
         }

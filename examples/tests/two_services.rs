@@ -285,6 +285,30 @@ impl Pair {
         })
     }
 
+    /// Messages the durable consumers `names` have had delivered, in all (first deliveries:
+    /// their consumer sequences, less their redeliveries).
+    fn delivered_count(&self, names: &[String]) -> u64 {
+        runtime().block_on(async {
+            let client = client(&self.url).await;
+            let js = async_nats::jetstream::new(client);
+            let Ok(stream) = js.get_stream(&self.stream).await else {
+                return 0;
+            };
+            let mut n = 0;
+            for name in names {
+                if let Ok(mut c) = stream
+                    .get_consumer::<async_nats::jetstream::consumer::pull::Config>(name)
+                    .await
+                {
+                    if let Ok(i) = c.info().await {
+                        n += i.delivered.consumer_sequence - i.num_redelivered as u64;
+                    }
+                }
+            }
+            n
+        })
+    }
+
     /// The stream goes with a test that passed; a failed one leaves it for a post-mortem.
     fn delete_stream(&self) {
         runtime().block_on(async {
@@ -731,6 +755,95 @@ fn both_services_on_a_three_server_cluster_are_exact_when_the_stream_leader_is_k
         "{test}: passed in {:?} ({:?} after the kill)",
         started.elapsed(),
         killed.elapsed()
+    );
+    let _ = std::fs::remove_dir_all(&pair.dir);
+}
+
+#[test]
+fn three_billing_instances_share_a_partitioned_stream_and_stay_exact_when_one_and_a_server_are_killed(
+) {
+    let test = "group";
+    let Some(mut pair) = Pair::new(test) else {
+        return;
+    };
+    let Some(mut cluster) = nats_cluster::OwnCluster::start() else {
+        return;
+    };
+    let started = Instant::now();
+    let rt = runtime();
+    rt.block_on(cluster.ready());
+    pair.url = cluster.url();
+    let e = expected(&examples::orders::default_input());
+    let mut orders_cmd = pair.orders();
+    orders_cmd.args(["--stream-replicas", "3", "--partitions", "4"]);
+    let mut orders = Running::spawn(orders_cmd);
+    let stream_holds = |n: u64| {
+        rt.block_on(async {
+            let js = async_nats::jetstream::new(client(&pair.url).await);
+            match js.get_stream(&pair.stream).await {
+                Ok(mut s) => s.info().await.is_ok_and(|i| i.state.messages >= n),
+                Err(_) => false,
+            }
+        })
+    };
+    assert!(
+        orders.wait_for("orders to publish 2,000 events", || stream_holds(2_000)),
+        "orders ended before billing started"
+    );
+    // Three instances of one billing (one database, one group), idling out after 30 s without
+    // a message: beyond a lease (10 s), the ack wait (10 s) and a failover.
+    let instance = |member: &str, idle: u64| {
+        pair.billing_idle("billing", idle, &["--partitions", "4", "--member", member])
+    };
+    let mut b1 = Running::spawn(instance("b1", 30));
+    let b2 = Running::spawn(instance("b2", 30));
+    let b3 = Running::spawn(instance("b3", 30));
+    let consumers: Vec<String> = (0..4).map(|p| format!("billing-{p}")).collect();
+    assert!(
+        b1.wait_for("the group to take 3,000 messages", || pair
+            .delivered_count(&consumers)
+            >= 3_000),
+        "billing ended before the kills"
+    );
+    // An instance killed (SIGKILL: its batch unacknowledged, its lease left to expire), and
+    // the server leading the stream.
+    let out = b2.kill();
+    eprintln!(
+        "{test}: killed billing b2 after {:?}: {}",
+        started.elapsed(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let leader = rt.block_on(cluster.stream_leader(&pair.stream));
+    cluster.kill(leader);
+    let killed = Instant::now();
+    eprintln!(
+        "{test}: killed the stream's leader {}",
+        cluster.nodes[leader].name
+    );
+    std::thread::sleep(Duration::from_secs(5));
+    assert!(cluster.up(leader));
+    let orders = summary("orders on the cluster", &orders.finish());
+    assert_orders_complete(&pair, &orders, &e);
+    let b1 = summary("billing b1", &b1.finish());
+    let b3 = summary("billing b3", &b3.finish());
+    for (name, s) in [("b1", &b1), ("b3", &b3)] {
+        assert_eq!(count(s, "dead_lettered"), 0, "{name}: {s}");
+        assert_eq!(count(s, "out_of_order"), 0, "{name}: {s}");
+        assert!(count(s, "received") > 0, "{name} took a share: {s}");
+    }
+    // The last to leave has every total; one more instance finds nothing left to do.
+    let last = summary(
+        "billing, the last",
+        &Running::spawn(instance("b4", 3)).finish(),
+    );
+    assert_eq!(count(&last, "others_running"), 0, "{last}");
+    assert_billing_exact("one instance and a server killed", &last, &orders, &e);
+    eprintln!(
+        "{test}: passed in {:?} ({:?} after the kills); b1 received {}, b3 {}",
+        started.elapsed(),
+        killed.elapsed(),
+        count(&b1, "received"),
+        count(&b3, "received")
     );
     let _ = std::fs::remove_dir_all(&pair.dir);
 }

@@ -165,6 +165,11 @@ pub struct Args {
     /// existing stream with fewer is refused (the stream is not changed).
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub stream_replicas: usize,
+    /// Partitions of the stream: each order's events go to its partition (a token after the
+    /// subject's first one), so that several `billing` instances (`--partitions` too) share
+    /// them. The stream must have this count (created with it when missing).
+    #[arg(long, value_name = "P", default_value_t = 1)]
+    pub partitions: u32,
 }
 
 /// The subject prefix used when `--subject-prefix` is not given.
@@ -189,6 +194,7 @@ impl Default for Args {
             stream: DEFAULT_STREAM.to_owned(),
             subject_prefix: DEFAULT_SUBJECT_PREFIX.to_owned(),
             stream_replicas: 1,
+            partitions: 1,
         }
     }
 }
@@ -273,7 +279,8 @@ pub enum RunError {
 }
 
 /// Connects to NATS at `url` (one server, or a cluster's servers comma-separated) and
-/// creates (or checks) the stream `stream` on `<subject_prefix>.>` with `replicas` copies.
+/// creates (or checks) the stream `stream` on `<subject_prefix>.>` with `replicas` copies and
+/// `partitions` partitions.
 ///
 /// # Errors
 /// [`RunError::Nats`]: the server is unreachable, or refuses the stream (a stream of that name
@@ -283,6 +290,7 @@ pub async fn connect_nats(
     stream: &str,
     subject_prefix: &str,
     replicas: usize,
+    partitions: u32,
 ) -> Result<async_nats::Client, RunError> {
     use event_runtime::transport::nats::StreamSpec;
     let client = event_runtime::transport::nats::connect(url, "orders")
@@ -292,6 +300,7 @@ pub async fn connect_nats(
     StreamSpec::new(stream)
         .subjects([format!("{subject_prefix}.>")])
         .replicas(replicas)
+        .partitions(partitions)
         .create(&js)
         .await
         .map_err(RunError::Nats)?;
@@ -595,10 +604,12 @@ pub async fn run(args: &Args) -> Result<Report, RunError> {
                 &args.stream,
                 &args.subject_prefix,
                 args.stream_replicas,
+                args.partitions,
             )
             .await?;
             let config = event_runtime::transport::nats::RelayConfig::new(&args.stream)
-                .subject_prefix(args.subject_prefix.clone());
+                .subject_prefix(args.subject_prefix.clone())
+                .partitions(args.partitions);
             Some(event_runtime::transport::nats::NatsRelay::new(
                 client, config,
             ))

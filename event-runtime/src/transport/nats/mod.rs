@@ -115,6 +115,85 @@
 //! ([`OutboxConfig::retention`](crate::OutboxConfig::retention): that is the inbox's
 //! de-duplication window, checked at start-up to exceed the consumer's redelivery horizon).
 //!
+//! # Partitions
+//! A stream of P partitions ([`StreamSpec::partitions`], `events nats stream create
+//! --partitions P`) carries each event on its aggregate's partition: a token after the
+//! subject's first one, `events.3.order.placed`. The partition is [`partition_of`] the
+//! producer's aggregate type and id — XXH3-64 of `type ‖ 0x00 ‖ id`, mod P, stable across
+//! processes, releases and platforms (pinned by fixed vectors; any language has XXH3) — so
+//! every event of an aggregate takes one partition. The stream's description records P
+//! (`partitions=P`); the relay ([`RelayConfig::partitions`]), the inbox
+//! ([`InboxConfig::partitions`]) and the group check it at start-up and refuse another count
+//! with [`NatsError::PartitionsMismatch`], naming both. One partition (the default) keeps the
+//! subjects as they were, and a stream made before partitions existed counts as one.
+//!
+//! A message whose subject's partition is not its aggregate's under the stream's count (a
+//! producer still publishing with another count) is accepted — each aggregate's order is the
+//! inbox core's chains' business, whatever partition its events came through — counted in
+//! `events_nats_partition_mismatches_total` and logged at most once a minute with both
+//! partitions.
+//!
+//! # A group of instances
+//! [`NatsGroup`] runs one instance of a consuming service among several that share its
+//! database: each renews a lease there (`event_inbox_members`, every quarter of
+//! [`GroupConfig::lease`], default 10 s), computes the same assignment of the partitions over
+//! the live instances ([`assign`]: rendezvous hashing with a bounded load, so that no
+//! instance gets more than ceil(P/N)), and consumes each partition assigned to it through a
+//! durable pull consumer of its own ([`partition_durable`]: `<durable>-<k>`, filtered on the
+//! partition's subjects) once the instance that held it released it or its hold expired
+//! (`event_inbox_partitions`). A partition no longer assigned to an instance is released
+//! after the batch in hand is committed and acknowledged. So:
+//! - an instance that starts takes its share within two rounds (half a lease) plus the batch
+//!   in hand of the instances that give it up;
+//! - an instance stopped with its cancellation token hands its partitions over at once;
+//! - an instance killed without a word lets its partitions go when its lease expires, and
+//!   the messages it held unacknowledged come back after the inbox's
+//!   [`ack_wait`](InboxConfig::ack_wait): its aggregates flow again within the ack wait plus
+//!   two leases; the other instances' aggregates never stop;
+//! - an instance that cannot reach its database stops consuming once its lease would have
+//!   expired, and takes part again when it can.
+//!
+//! Correctness never depends on the group: two instances consuming one partition for a
+//! moment (a paused process whose lease lapsed) commit each event once and in each
+//! aggregate's order all the same. `events nats group status DURABLE` shows the instances,
+//! their leases, the holder of each partition and each partition's lag (`tests/tests/
+//! nats_group.rs` measures the hand-overs; BENCHMARKS.md has the times and throughput).
+//!
+//! ```no_run
+//! # use event_runtime::transport::nats::{self, GroupConfig, InboxConfig, NatsGroup};
+//! # use event_runtime::{CancellationToken, Outbox};
+//! # async fn run(billing: Outbox) -> Result<(), Box<dyn std::error::Error>> {
+//! let client = nats::connect("nats://127.0.0.1:4222", "billing").await?;
+//! let group = NatsGroup::new(
+//!     &async_nats::jetstream::new(client),
+//!     billing,
+//!     InboxConfig::new("EVENTS", "billing").partitions(8).batch(256),
+//!     GroupConfig::new(), // lease 10 s, a member name of its own
+//! )?;
+//! group.run(CancellationToken::new(), None).await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Changing the partitions
+//! From P to Q on a running pair, nothing lost and nothing reordered (`tests/tests/
+//! nats_group.rs` runs it from 1 to 4 under load):
+//! 1. `events nats stream repartition EVENTS --partitions Q` ([`StreamSpec::repartition`]):
+//!    the stream records Q and captures Q's subjects besides its old ones.
+//! 2. Restart the consuming instances with Q (as a group). From 1 partition, the group's
+//!    holder of partition 0 also drains the single inbox's consumer (the durable name itself)
+//!    for as long as it exists.
+//! 3. Restart the producers with Q. Events an old producer publishes meanwhile are accepted
+//!    (counted as on another partition when P > 1); each aggregate's chain puts its events in
+//!    order whichever consumer brings them.
+//! 4. Once every producer publishes with Q: `events nats stream repartition EVENTS
+//!    --partitions Q --prune` (only Q's subjects). From 1 partition, delete the old consumer
+//!    once `events nats group status` shows nothing pending on it.
+//!
+//! Going down (Q < P), partitions P-1 … Q keep what was published to them: pause the
+//! producers' relays (`events relay pause`), wait until `events nats group status` shows no
+//! lag, then follow the steps.
+//!
 //! # Metrics
 //! Through the `metrics` crate, next to the engine's (crate docs):
 //!
@@ -131,6 +210,8 @@
 //! | `events_nats_naked_total` | counter | messages given back (the commit failed): redelivered after 1 s |
 //! | `events_nats_terminated_total` | counter | messages terminated after being stored as dead letters |
 //! | `events_nats_dead_lettered_total` | counter | messages stored in the dead letter queue (cannot be accepted) |
+//! | `events_nats_partition_mismatches_total` | counter | messages on a partition their aggregate does not belong to (accepted) |
+//! | `events_nats_group_partitions_held` | gauge, label `group` | partitions this instance of a group consumes |
 //!
 //! The lag is the engine's per-destination gauge rather than one of the relay's own: it is
 //! read from the store (the pending deliveries), so it counts what this process has not
@@ -142,8 +223,10 @@
 //! - Several inbox instances may share one durable consumer and one database: the inbox
 //!   core's chains keep each aggregate's order whatever order the instances commit in, but
 //!   an instance that dies holding messages delays every aggregate among them until the
-//!   server redelivers (the ack wait). Partitioned subjects, which would bound that to one
-//!   instance's share, come later.
+//!   server redelivers (the ack wait). A partitioned stream and a [group](#a-group-of-instances)
+//!   bound that to the dead instance's share.
+//! - A group's instances share one database and compare lease times written by their own
+//!   clocks: keep them within a small part of the lease (NTP).
 //! - A lost *last* event of an aggregate is not visible to the consumer: a gap shows only
 //!   when a later event of that aggregate arrives. After a broker is known to have lost
 //!   data, re-publish from the producer with `events relay republish --since T`, T before

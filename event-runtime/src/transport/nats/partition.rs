@@ -87,8 +87,9 @@ fn score(group: &str, member: &str, partition: u32) -> u64 {
 
 /// Which of `members` consumes which of `partitions` partitions in `group`: rendezvous
 /// (highest random weight) hashing with a bounded load. Partitions are placed in order
-/// `0..partitions`; each goes to the member of highest [score](self) that holds fewer than
-/// `ceil(partitions / members)` so far. Every instance that sees the same members computes the
+/// `0..partitions`; each goes to the member of highest score that holds fewer than
+/// `ceil(partitions / members)` so far; a member's score for a partition is
+/// `XXH3-64(group ‖ 0x00 ‖ member ‖ 0x00 ‖ partition as decimal digits)`. Every instance that sees the same members computes the
 /// same assignment with no coordination; a member joining or leaving moves few partitions
 /// (those it takes or held, and the few the load bound pushes on); no member gets more than
 /// `ceil(partitions / members)`. Members are deduplicated; no member: an empty map. Every

@@ -1,26 +1,6 @@
 //! Closing gaps from the stream: the part of the stream where a gap's missing event can be
 //! is read again with a short-lived consumer of its own, and what belongs to the gaps'
 //! aggregates is committed through the inbox core, as if just received.
-//!
-//! # How the search is bounded
-//! nats-server 2.9 cannot look a message up by its `Nats-Msg-Id`, and the relay's subjects
-//! (`<prefix>.<event name>`) do not carry the aggregate, so the search reads a range of
-//! stream sequences, filtered by the inbox consumer's subject filter:
-//! - from the consumer's first unacknowledged message (its ack floor + 1; never before the
-//!   stream's first message): every message before it was acknowledged, which the inbox does
-//!   only after committing it or storing it as a dead letter here, so it is not missing
-//!   (start lower with [`Refetch::from`] for a message the server stopped redelivering after
-//!   `max_deliver`);
-//! - up to the waiting event's own stream sequence (recorded with every received event by
-//!   the inbox core, [`Origin::position`](crate::inbox::Origin::position)): the producer's
-//!   relay publishes an event only after the broker acknowledged its predecessor, so the
-//!   predecessor sits before it;
-//! - and at most [`Refetch::max_messages`] messages (default 100,000): a longer range is
-//!   read in part, said in [`RefetchReport::complete`].
-//!
-//! A missing event not found there is not in the stream: the broker lost it (a wiped store),
-//! its limits removed it, or the consumer's filter excludes it. Only the producer can send it
-//! again: [`Store::republish`](crate::Store::republish), `events relay republish`.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -39,11 +19,31 @@ use crate::Outbox;
 /// Messages read and committed at once.
 const PAGE: usize = 256;
 
-/// A re-fetch of open gaps from the stream an inbox consumes: see the [module docs](self)
-/// for what it reads. Built with [`new`](Self::new) and the setters, run with
+/// A re-fetch of open gaps from the stream an inbox consumes: see
+/// [how the search is bounded](#how-the-search-is-bounded) for what it reads. Built with [`new`](Self::new) and the setters, run with
 /// [`run`](Self::run) (or [`NatsInbox::refetch_gaps`](super::NatsInbox::refetch_gaps)).
 #[derive(Debug, Clone)]
 #[non_exhaustive]
+///
+/// # How the search is bounded
+/// nats-server 2.9 cannot look a message up by its `Nats-Msg-Id`, and the relay's subjects
+/// (`<prefix>.<event name>`) do not carry the aggregate, so the search reads a range of
+/// stream sequences, filtered by the inbox consumer's subject filter:
+/// - from the consumer's first unacknowledged message (its ack floor + 1; never before the
+///   stream's first message): every message before it was acknowledged, which the inbox does
+///   only after committing it or storing it as a dead letter here, so it is not missing
+///   (start lower with [`Refetch::from`] for a message the server stopped redelivering after
+///   `max_deliver`);
+/// - up to the waiting event's own stream sequence (recorded with every received event by
+///   the inbox core, [`Origin::position`](crate::inbox::Origin::position)): the producer's
+///   relay publishes an event only after the broker acknowledged its predecessor, so the
+///   predecessor sits before it;
+/// - and at most [`Refetch::max_messages`] messages (default 100,000): a longer range is
+///   read in part, said in [`RefetchReport::complete`].
+///
+/// A missing event not found there is not in the stream: the broker lost it (a wiped store),
+/// its limits removed it, or the consumer's filter excludes it. Only the producer can send it
+/// again: [`Store::republish`](crate::Store::republish), `events relay republish`.
 pub struct Refetch {
     /// The stream the inbox consumes.
     pub stream: String,
@@ -150,8 +150,8 @@ impl Refetch {
         self
     }
 
-    /// Reads the stream where the selected open gaps' missing events can be (see the
-    /// [module docs](self)) and commits every message of the gaps' aggregates through the
+    /// Reads the stream where the selected open gaps' missing events can be (see
+    /// [`Refetch`]) and commits every message of the gaps' aggregates through the
     /// inbox core ([`Outbox::receive`], as the inbox `nats-inbox:<durable>`; an event the
     /// outbox holds is skipped), in pages of 256 messages, each its own commit; then reports
     /// per gap what was found. Audited: one row (action `gap-refetch`, `actor`, `reason`, the
