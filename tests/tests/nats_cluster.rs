@@ -73,40 +73,7 @@ const FETCH_WAIT: Duration = Duration::from_millis(500);
 const CASE_CAP: Duration = Duration::from_secs(180);
 
 fn enabled(test: &str) -> bool {
-    match std::env::var("EVENTS_TEST_NATS_URL") {
-        Ok(url) if !url.is_empty() => true,
-        _ => {
-            assert!(
-                std::env::var("EVENTS_TEST_REQUIRE_SERVICES").as_deref() != Ok("1"),
-                "{test}: EVENTS_TEST_REQUIRE_SERVICES=1 but EVENTS_TEST_NATS_URL is not set"
-            );
-            common::say_once(
-                "NATS",
-                &format!(
-                    "NATS cluster cases skipped ({test} and others): EVENTS_TEST_NATS_URL is not set"
-                ),
-            );
-            false
-        }
-    }
-}
-
-/// With `EVENTS_TEST_LOG` set (`warn`, `info`…), the framework's log lines on standard
-/// error, for a post-mortem.
-fn log() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        if let Ok(level) = std::env::var("EVENTS_TEST_LOG") {
-            let level = level.parse().unwrap_or(tracing::Level::WARN);
-            let _ = tracing::subscriber::set_global_default(
-                tracing_subscriber::fmt()
-                    .with_ansi(false)
-                    .with_max_level(level)
-                    .with_writer(std::io::stderr)
-                    .finish(),
-            );
-        }
-    });
+    common::nats_url(test, "NATS cluster cases").is_some()
 }
 
 fn say(line: &str) {
@@ -490,7 +457,7 @@ async fn killing_the_stream_leader_mid_run_loses_nothing_reorders_nothing_and_us
         return;
     }
     let _serial = SERIAL.lock().await;
-    log();
+    common::log_from_env();
     tokio::time::timeout(CASE_CAP, async {
         let Some((mut cluster, services)) = running("cluster_leader").await else {
             return;
@@ -518,7 +485,7 @@ async fn killing_the_server_the_clients_are_connected_to_loses_nothing_and_both_
         return;
     }
     let _serial = SERIAL.lock().await;
-    log();
+    common::log_from_env();
     tokio::time::timeout(CASE_CAP, async {
         let Some((mut cluster, services)) = running("cluster_connected").await else {
             return;
@@ -539,7 +506,7 @@ async fn a_stream_without_its_quorum_pauses_the_relay_without_using_attempts_unt
         return;
     }
     let _serial = SERIAL.lock().await;
-    log();
+    common::log_from_env();
     tokio::time::timeout(CASE_CAP, async {
         let Some((mut cluster, services)) = running("cluster_quorum").await else {
             return;

@@ -37,21 +37,8 @@ struct Shipped {
     cents: i64,
 }
 
-/// Whether the NATS suites run here (`EVENTS_TEST_NATS_URL` set), said once when not.
 fn enabled(test: &str) -> bool {
-    match std::env::var("EVENTS_TEST_NATS_URL") {
-        Ok(url) if !url.is_empty() => true,
-        _ => {
-            assert!(
-                std::env::var("EVENTS_TEST_REQUIRE_SERVICES").as_deref() != Ok("1"),
-                "{test}: EVENTS_TEST_REQUIRE_SERVICES=1 but EVENTS_TEST_NATS_URL is not set"
-            );
-            common::say_once("NATS", &format!(
-                "NATS broker fault cases skipped ({test} and others): EVENTS_TEST_NATS_URL is not set"
-            ));
-            false
-        }
-    }
+    common::nats_url(test, "NATS broker fault cases").is_some()
 }
 
 fn shipped(order: &str, seq: u64) -> Envelope<Shipped> {

@@ -54,22 +54,7 @@ async fn record(envelope: &Envelope<Line>, tx: &mut Tx) -> Result<(), HandlerErr
 }
 
 fn enabled(test: &str) -> Option<String> {
-    match std::env::var("EVENTS_TEST_NATS_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            assert!(
-                std::env::var("EVENTS_TEST_REQUIRE_SERVICES").as_deref() != Ok("1"),
-                "{test}: EVENTS_TEST_REQUIRE_SERVICES=1 but EVENTS_TEST_NATS_URL is not set"
-            );
-            common::say_once(
-                "NATS",
-                &format!(
-                    "NATS gap cases skipped ({test} and others): EVENTS_TEST_NATS_URL is not set"
-                ),
-            );
-            None
-        }
-    }
+    common::nats_url(test, "NATS gap cases")
 }
 
 /// The consuming service's outbox on `store`, as its application builds it.

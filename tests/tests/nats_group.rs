@@ -69,39 +69,7 @@ const ACK_WAIT: Duration = Duration::from_secs(4);
 const LEASE: Duration = Duration::from_secs(2);
 
 fn enabled(test: &str) -> Option<String> {
-    match std::env::var("EVENTS_TEST_NATS_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            assert!(
-                std::env::var("EVENTS_TEST_REQUIRE_SERVICES").as_deref() != Ok("1"),
-                "{test}: EVENTS_TEST_REQUIRE_SERVICES=1 but EVENTS_TEST_NATS_URL is not set"
-            );
-            common::say_once(
-                "NATS",
-                &format!(
-                    "NATS group cases skipped ({test} and others): EVENTS_TEST_NATS_URL is not set"
-                ),
-            );
-            None
-        }
-    }
-}
-
-/// With `EVENTS_TEST_LOG` set (`warn`, `info`…), the framework's log lines on standard error.
-fn log() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        if let Ok(level) = std::env::var("EVENTS_TEST_LOG") {
-            let level = level.parse().unwrap_or(tracing::Level::WARN);
-            let _ = tracing::subscriber::set_global_default(
-                tracing_subscriber::fmt()
-                    .with_ansi(false)
-                    .with_max_level(level)
-                    .with_writer(std::io::stderr)
-                    .finish(),
-            );
-        }
-    });
+    common::nats_url(test, "NATS group cases")
 }
 
 fn say(line: &str) {
@@ -461,7 +429,7 @@ async fn flowing(store: &Store, accounts: &[String], round: u64) -> bool {
 async fn partition_counts_must_agree_and_old_streams_are_one_partition() {
     const T: &str = "partition_counts_must_agree";
     let Some(url) = enabled(T) else { return };
-    log();
+    common::log_from_env();
     let client = nats::connect(&url, T).await.unwrap();
     let js = jetstream::new(client.clone());
     let (stream, prefix) = names();
@@ -604,7 +572,7 @@ async fn partition_counts_must_agree_and_old_streams_are_one_partition() {
 async fn relay_spreads_aggregates_over_the_partitions() {
     const T: &str = "relay_spreads_aggregates";
     let Some(url) = enabled(T) else { return };
-    log();
+    common::log_from_env();
     let client = nats::connect(&url, T).await.unwrap();
     let js = jetstream::new(client.clone());
     let (stream, prefix) = names();
@@ -652,7 +620,7 @@ async fn relay_spreads_aggregates_over_the_partitions() {
 async fn a_group_shares_partitions_and_hands_them_over() {
     const T: &str = "group_shares_partitions";
     let Some(url) = enabled(T) else { return };
-    log();
+    common::log_from_env();
     const P: u32 = 6;
     const ACCOUNTS: usize = 24;
     let client = nats::connect(&url, T).await.unwrap();
@@ -767,7 +735,7 @@ async fn a_group_shares_partitions_and_hands_them_over() {
 async fn a_running_pair_goes_from_one_partition_to_four_under_load() {
     const T: &str = "repartition_under_load";
     let Some(url) = enabled(T) else { return };
-    log();
+    common::log_from_env();
     const ACCOUNTS: usize = 16;
     let client = nats::connect(&url, T).await.unwrap();
     let js = jetstream::new(client.clone());
@@ -878,7 +846,7 @@ async fn publish_tick(
 async fn a_partition_inbox_stops_on_messages_removed_before_it_received_them() {
     const T: &str = "partition_messages_lost";
     let Some(url) = enabled(T) else { return };
-    log();
+    common::log_from_env();
     let client = nats::connect(&url, T).await.unwrap();
     let js = jetstream::new(client);
     let (stream, prefix) = names();
@@ -937,4 +905,161 @@ async fn a_partition_inbox_stops_on_messages_removed_before_it_received_them() {
     assert!(matches!(e, NatsError::MessagesLost { .. }), "{e}");
     let committed = fetch_i64(outbox.store(), "SELECT COUNT(*) FROM event_outbox", &[]).await;
     assert_eq!(committed, 6, "nothing committed past the hole");
+}
+
+/// A producer publishing with another count of partitions (2, on a stream of 4): its messages
+/// on a partition their aggregate does not belong to under 4 are accepted — committed, in
+/// each aggregate's order — and counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_of_a_producer_with_another_count_are_accepted_and_counted() {
+    const T: &str = "partition_mismatch";
+    let Some(url) = enabled(T) else { return };
+    common::log_from_env();
+    let client = nats::connect(&url, T).await.unwrap();
+    let js = jetstream::new(client);
+    let (stream, prefix) = names();
+    StreamSpec::new(&stream)
+        .subjects([format!("{prefix}.>")])
+        .partitions(4)
+        .create(&js)
+        .await
+        .unwrap();
+    let db = database(T).await;
+    consumer_tables(&db).await;
+    let outbox = consuming(&db).await;
+    // One stream of 4 partitions is read one partition per consumer.
+    let e = NatsInbox::new(&js, outbox.clone(), inbox_config(&stream, &prefix, 4))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, NatsError::Config(m) if m.contains("InboxConfig::partition")),
+        "{e}"
+    );
+    let mut inboxes = Vec::new();
+    for p in 0..4 {
+        let mut config = inbox_config(&stream, &prefix, 4).partition(p);
+        config.durable = nats::partition_durable("billing", p);
+        inboxes.push(NatsInbox::new(&js, outbox.clone(), config).await.unwrap());
+    }
+    // Partitions under 2 for 20 aggregates: some differ from theirs under 4.
+    let accounts: Vec<String> = (0..20).map(|i| format!("M{i}")).collect();
+    let differ = accounts
+        .iter()
+        .filter(|a| {
+            nats::partition_of(Tick::AGGREGATE_TYPE, a, 2)
+                != nats::partition_of(Tick::AGGREGATE_TYPE, a, 4)
+        })
+        .count() as u64;
+    assert!(differ > 0);
+    for seq in 1..=2 {
+        for a in &accounts {
+            publish_tick(&js, &prefix, 2, a, seq).await;
+        }
+    }
+    // Under 2, partitions 0 and 1 only; each message read where it was published.
+    let mut received = 0;
+    for inbox in &inboxes {
+        for _ in 0..3 {
+            received += inbox.receive().await.unwrap().received;
+        }
+    }
+    assert_eq!(received, 40);
+    let mismatches: u64 = inboxes.iter().map(|i| i.partition_mismatches()).sum();
+    assert_eq!(mismatches, differ * 2);
+    let workers = outbox.spawn_workers(1);
+    assert_all_handled(outbox.store(), 20, 2, "another count").await;
+    workers.shutdown(Duration::from_secs(10)).await.unwrap();
+}
+
+async fn ddl(store: &Store, sql: &'static str) {
+    let mut tx = store.begin().await.unwrap();
+    tx.execute(sql, &[]).await.unwrap();
+    tx.commit().await.unwrap();
+}
+
+/// Consumer sequences the durable consumers `names` have delivered, in all.
+async fn delivered(js: &jetstream::Context, stream: &str, names: &[String]) -> u64 {
+    let s = js.get_stream(stream).await.unwrap();
+    let mut n = 0;
+    for name in names {
+        let mut c = s
+            .get_consumer::<jetstream::consumer::pull::Config>(name)
+            .await
+            .unwrap();
+        n += c.info().await.unwrap().delivered.consumer_sequence;
+    }
+    n
+}
+
+/// An instance that cannot renew its lease stops consuming once the lease would have
+/// expired, and consumes again when it can.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_instance_that_cannot_renew_its_lease_stops_consuming() {
+    const T: &str = "group_lease_lapses";
+    let Some(url) = enabled(T) else { return };
+    common::log_from_env();
+    let db = database(T).await;
+    if !matches!(db, Db::Postgres { .. }) {
+        common::say_once(
+            T,
+            &format!(
+                "{T} skipped: it renames a table of PostgreSQL (EVENTS_TEST_POSTGRES_URL is not set)"
+            ),
+        );
+        return;
+    }
+    const ACCOUNTS: usize = 8;
+    let client = nats::connect(&url, T).await.unwrap();
+    let js = jetstream::new(client.clone());
+    let (stream, prefix) = names();
+    StreamSpec::new(&stream)
+        .subjects([format!("{prefix}.>")])
+        .partitions(2)
+        .create(&js)
+        .await
+        .unwrap();
+    let producer_db = Db::Sqlite(common::sqlite(T).await.0);
+    consumer_tables(&db).await;
+    let watch = db.open().await;
+    let mut producer =
+        Producer::start(&client, &producer_db, &stream, &prefix, 2, ACCOUNTS, 1).await;
+    let mut a = Instance::start(&url, &db, &stream, &prefix, 2, "a").await;
+    wait_balanced(&watch, &["a"], 2, "one instance").await;
+    let consumers: Vec<String> = (0..2).map(|p| format!("billing-{p}")).collect();
+
+    // Its renewals fail (the group's table gone for a while), while everything else of the
+    // database works: only the lease's lapse can stop it.
+    let admin = db.open().await;
+    ddl(
+        &admin,
+        "ALTER TABLE event_inbox_members RENAME TO event_inbox_members_away",
+    )
+    .await;
+    // Past the lease (2 s) and the batch in hand, nothing more is delivered to it.
+    tokio::time::sleep(LEASE * 2).await;
+    let before = delivered(&js, &stream, &consumers).await;
+    tokio::time::sleep(LEASE).await;
+    let after = delivered(&js, &stream, &consumers).await;
+    assert_eq!(
+        before, after,
+        "no message delivered while the instance cannot renew its lease"
+    );
+    ddl(
+        &admin,
+        "ALTER TABLE event_inbox_members_away RENAME TO event_inbox_members",
+    )
+    .await;
+    // It takes its partitions again.
+    let back = Instant::now();
+    while delivered(&js, &stream, &consumers).await == after {
+        assert!(
+            back.elapsed() < LEASE * 3,
+            "consuming again within 3 leases of the database's return"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let rounds = producer.stop_writing().await;
+    assert_all_handled(&watch, ACCOUNTS, rounds, "after the lapse").await;
+    a.stop().await;
+    producer.stop_relay().await;
 }

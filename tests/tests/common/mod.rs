@@ -241,3 +241,40 @@ impl metrics::Recorder for Gauges {
             .get_or_create_histogram(key, |h| metrics::Histogram::from_arc(h.clone()))
     }
 }
+
+/// The NATS URL from `EVENTS_TEST_NATS_URL`, or `None` after saying (once per binary) that the
+/// `what` cases are skipped. With `EVENTS_TEST_REQUIRE_SERVICES=1` a missing URL fails `test`.
+pub fn nats_url(test: &str, what: &str) -> Option<String> {
+    match std::env::var("EVENTS_TEST_NATS_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            assert!(
+                std::env::var("EVENTS_TEST_REQUIRE_SERVICES").as_deref() != Ok("1"),
+                "{test}: EVENTS_TEST_REQUIRE_SERVICES=1 but EVENTS_TEST_NATS_URL is not set"
+            );
+            say_once(
+                "NATS",
+                &format!("{what} skipped ({test} and others): EVENTS_TEST_NATS_URL is not set"),
+            );
+            None
+        }
+    }
+}
+
+/// With `EVENTS_TEST_LOG` set (`warn`, `info`…), the framework's log lines on standard error,
+/// for a post-mortem.
+pub fn log_from_env() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if let Ok(level) = std::env::var("EVENTS_TEST_LOG") {
+            let level = level.parse().unwrap_or(tracing::Level::WARN);
+            let _ = tracing::subscriber::set_global_default(
+                tracing_subscriber::fmt()
+                    .with_ansi(false)
+                    .with_max_level(level)
+                    .with_writer(std::io::stderr)
+                    .finish(),
+            );
+        }
+    });
+}

@@ -248,12 +248,18 @@ impl NatsGroup {
                 _ = tokio::time::sleep_until(next_beat) => {}
             }
             next_beat = tokio::time::Instant::now() + tick;
-            match self
-                .outbox
-                .store()
-                .group_heartbeat(&self.group, &self.member, self.lease)
-                .await
-            {
+            // Bounded: a database that hangs instead of failing must not keep this instance
+            // consuming past its lease.
+            let beat = tokio::time::timeout(
+                tick,
+                self.outbox
+                    .store()
+                    .group_heartbeat(&self.group, &self.member, self.lease),
+            )
+            .await
+            .map_err(|_| format!("the database did not answer within {tick:?}"))
+            .and_then(|r| r.map_err(|e| event_core::ErrorChain(&e).to_string()));
+            match beat {
                 Ok(view) => {
                     renewed = Instant::now();
                     if let Some(since) = store_failing.take() {
@@ -268,7 +274,7 @@ impl NatsGroup {
                 Err(e) => {
                     if store_failing.is_none() {
                         store_failing = Some(Instant::now());
-                        tracing::warn!(group = %self.group, member = %self.member, error = %event_core::ErrorChain(&e), "inbox group: cannot renew its lease");
+                        tracing::warn!(group = %self.group, member = %self.member, error = %e, "inbox group: cannot renew its lease");
                     }
                     if renewed.elapsed() >= self.lease {
                         for (p, r) in running.iter_mut().filter(|(_, r)| !r.stopping) {

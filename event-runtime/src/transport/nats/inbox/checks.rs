@@ -60,7 +60,7 @@ pub(in crate::transport::nats) fn preflight(
 
 /// Counts the messages whose subject's partition is not their aggregate's under this
 /// stream's count (a producer publishing with another count: during a change of the
-/// partitions, or misconfigured), and logs them at most once a minute with both values.
+/// partitions, or misconfigured), and logs them at most once a minute with both values; returns how many.
 /// They are accepted all the same: the inbox core's chains keep each aggregate's order
 /// whichever partition its events came through.
 pub(super) fn count_misplaced(
@@ -68,7 +68,7 @@ pub(super) fn count_misplaced(
     partitions: u32,
     messages: &[jetstream::Message],
     misplaced: &Mutex<(u64, Option<Instant>)>,
-) {
+) -> u64 {
     #[derive(serde::Deserialize)]
     struct Key<'a> {
         #[serde(borrow)]
@@ -92,7 +92,7 @@ pub(super) fn count_misplaced(
         }
     }
     if n == 0 {
-        return;
+        return 0;
     }
     metrics::counter!("events_nats_partition_mismatches_total").increment(n);
     let mut misplaced = misplaced.lock().unwrap_or_else(|e| e.into_inner());
@@ -101,7 +101,7 @@ pub(super) fn count_misplaced(
         .1
         .is_some_and(|at| at.elapsed() < Duration::from_secs(60))
     {
-        return;
+        return n;
     }
     let (subject, on, belongs) = example.expect("one counted");
     tracing::warn!(
@@ -113,4 +113,5 @@ pub(super) fn count_misplaced(
         misplaced.0,
     );
     *misplaced = (0, Some(Instant::now()));
+    n
 }

@@ -53,12 +53,15 @@ pub struct InboxConfig {
     /// The stream's partitions (default 1). [`NatsInbox::new`](super::NatsInbox::new)
     /// refuses a stream with another count
     /// ([`StreamSpec::partitions`](crate::transport::nats::StreamSpec::partitions)), so that
-    /// an inbox never waits on subjects nobody publishes to. With P > 1 the
-    /// [`filter_subject`](Self::filter_subject) is applied within
-    /// [`partition`](Self::partition) (`events.order.>` reads `events.3.order.>`), or within
-    /// every partition when that is `None` (`events.*.order.>`).
+    /// an inbox never waits on subjects nobody publishes to. With P > 1 an inbox reads one
+    /// [`partition`](Self::partition), its [`filter_subject`](Self::filter_subject) applied
+    /// within it (`events.order.>` reads `events.3.order.>`): a JetStream consumer's filter
+    /// must fall within one of the stream's subjects, and each partition is one. To read
+    /// every partition, run a [`NatsGroup`](crate::transport::nats::NatsGroup) (of one
+    /// instance, it consumes them all).
     pub partitions: u32,
-    /// The one partition this inbox reads (`None`: all of them). A group of instances
+    /// The one partition this inbox reads: required when [`partitions`](Self::partitions) is
+    /// more than 1. A group of instances
     /// ([`NatsGroup`](crate::transport::nats::NatsGroup)) sets it for each partition it owns.
     pub partition: Option<u32>,
     /// Set by a group for the consumer of the stream from before its partitions (no

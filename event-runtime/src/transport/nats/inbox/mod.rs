@@ -65,6 +65,8 @@ pub struct NatsInbox {
     /// Messages on a partition their aggregate does not belong to since the last log line
     /// about them, and when that was.
     misplaced: Mutex<(u64, Option<Instant>)>,
+    /// Messages received on a partition their aggregate does not belong to, in all.
+    mismatches: AtomicU64,
     /// Counts the messages fetched, for a group that watches its partitions' activity.
     fetched: Option<Arc<AtomicU64>>,
 }
@@ -117,6 +119,12 @@ impl NatsInbox {
             },
             other => other?,
         };
+        if config.partitions > 1 && config.partition.is_none() && !config.unpartitioned {
+            return Err(NatsError::Config(format!(
+                "inbox `{name}`: a stream of {} partitions is read one partition per durable consumer: set InboxConfig::partition, or run a NatsGroup (one instance consumes every partition)",
+                config.partitions
+            )));
+        }
         if observed.partitions != config.partitions && !config.unpartitioned {
             return Err(NatsError::PartitionsMismatch {
                 stream: config.stream.clone(),
@@ -199,6 +207,7 @@ impl NatsInbox {
             seen: Mutex::new(0),
             misplaced: Mutex::new((0, None)),
             fetched: None,
+            mismatches: AtomicU64::new(0),
         };
         inbox.verify().await?;
         Ok(inbox)
@@ -269,6 +278,13 @@ impl NatsInbox {
     pub(super) fn count_fetched(mut self, counter: Arc<AtomicU64>) -> Self {
         self.fetched = Some(counter);
         self
+    }
+
+    /// Messages this inbox received on a partition their aggregate does not belong to under
+    /// the stream's count ([`InboxConfig::partitions`]: a producer publishing with another
+    /// count), since it was made; each was accepted as any other.
+    pub fn partition_mismatches(&self) -> u64 {
+        self.mismatches.load(Ordering::Relaxed)
     }
 
     /// The identity this inbox consumes, as recorded in the consuming store.
@@ -460,12 +476,13 @@ impl NatsInbox {
             fetched.fetch_add(messages.len() as u64, Ordering::Relaxed);
         }
         if self.config.partitions > 1 && !self.config.unpartitioned {
-            checks::count_misplaced(
+            let n = checks::count_misplaced(
                 &self.name,
                 self.config.partitions,
                 &messages,
                 &self.misplaced,
             );
+            self.mismatches.fetch_add(n, Ordering::Relaxed);
         }
         let batch: Vec<Incoming> = messages.iter().map(incoming).collect();
         let receipt = self.outbox.receive(&self.name, batch).await;
