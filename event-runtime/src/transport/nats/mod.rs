@@ -125,7 +125,10 @@
 //! (`partitions=P`); the relay ([`RelayConfig::partitions`]), the inbox
 //! ([`InboxConfig::partitions`]) and the group check it at start-up and refuse another count
 //! with [`NatsError::PartitionsMismatch`], naming both. One partition (the default) keeps the
-//! subjects as they were, and a stream made before partitions existed counts as one.
+//! subjects as they were, and a stream made before partitions existed counts as one. Each
+//! partition is read by a durable consumer of its own ([`InboxConfig::partition`]; a
+//! consumer's filter must fall within one of the stream's subjects): a [`NatsGroup`] runs
+//! them, for one instance or many.
 //!
 //! A message whose subject's partition is not its aggregate's under the stream's count (a
 //! producer still publishing with another count) is accepted — each aggregate's order is the
