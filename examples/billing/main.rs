@@ -93,8 +93,10 @@ struct Args {
     subject_prefix: String,
     /// The stream's partitions (`orders --partitions`): with more than one, this process is
     /// an instance of the group `--consumer`, sharing the partitions with the others that run
-    /// on the same database (each partition's durable consumer is `<consumer>-<k>`).
-    #[arg(long, value_name = "P", default_value_t = 1)]
+    /// on the same database (each partition's durable consumer is `<consumer>-<k>`); Ctrl-C
+    /// or SIGTERM hands its partitions over; `--crash-after` and `--instances` take one
+    /// partition only.
+    #[arg(long, value_name = "P", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     partitions: u32,
     /// This instance's name in the group (default: host, process id and a random suffix).
     #[arg(long, value_name = "NAME")]
@@ -451,6 +453,24 @@ async fn consume_group(
             "--crash-after takes one partition: kill an instance of a group instead".into(),
         );
     }
+    // Ctrl-C or SIGTERM: a graceful stop, handing the partitions over at once.
+    let cancel = CancellationToken::new();
+    tokio::spawn({
+        let cancel = cancel.clone();
+        async move {
+            let Ok(mut term) =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            else {
+                return;
+            };
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            eprintln!("billing: stopping: handing the partitions over");
+            cancel.cancel();
+        }
+    });
     let mut config = GroupConfig::new();
     if let Some(member) = &args.member {
         config = config.member(member);
@@ -466,7 +486,7 @@ async fn consume_group(
         config,
     )?;
     let idle = Duration::from_secs(args.idle_exit);
-    let total = group.run(CancellationToken::new(), Some(idle)).await?;
+    let total = group.run(cancel.clone(), Some(idle)).await?;
     let others = group
         .view()
         .await?
@@ -474,6 +494,27 @@ async fn consume_group(
         .iter()
         .filter(|m| m.as_str() != group.member())
         .count();
+    if others == 0 && !cancel.is_cancelled() {
+        // The last to leave: what the partitions still hold would be missing from its totals.
+        let stream = js.get_stream(&args.stream).await?;
+        let mut left = Vec::new();
+        for p in 0..args.partitions {
+            let durable = nats::partition_durable(&args.consumer, p);
+            if let Ok(i) = stream.consumer_info(&durable).await {
+                let n = i.num_pending + i.num_ack_pending as u64;
+                if n > 0 {
+                    left.push(format!("{durable}: {n}"));
+                }
+            }
+        }
+        if !left.is_empty() {
+            return Err(format!(
+                "the last instance to leave, with messages still to consume ({}): the summary would be partial; run billing again",
+                left.join(", ")
+            )
+            .into());
+        }
+    }
     Ok((total, others))
 }
 

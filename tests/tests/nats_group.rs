@@ -533,6 +533,32 @@ async fn partition_counts_must_agree_and_old_streams_are_one_partition() {
         .await
         .unwrap_err();
     assert!(matches!(e, NatsError::Config(_)), "{e:?}");
+    // Going down while partition 3's consumer holds a message would strand it: refused.
+    let acc = (0..)
+        .map(|i| format!("S{i}"))
+        .find(|a| nats::partition_of(Tick::AGGREGATE_TYPE, a, 4) == 3)
+        .unwrap();
+    js.get_stream(&stream)
+        .await
+        .unwrap()
+        .create_consumer(jetstream::consumer::pull::Config {
+            durable_name: Some("billing-3".into()),
+            filter_subject: format!("{prefix}.3.>"),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    publish_tick(&js, &prefix, 4, &acc, 1).await;
+    let e = spec
+        .clone()
+        .partitions(2)
+        .repartition(&js, false)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, NatsError::Config(m) if m.contains("billing-3 (1)")),
+        "{e}"
+    );
 
     // A stream as a release before partitions made it (no description): one partition,
     // today's subjects, no partition token.
@@ -795,7 +821,18 @@ async fn a_running_pair_goes_from_one_partition_to_four_under_load() {
     )
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    // 4. Once every producer publishes with 4: only the partitions' subjects.
+    // 4. Once every producer publishes with 4: only the partitions' subjects. Not with
+    // another application's subjects: refused, the stream unchanged.
+    let e = StreamSpec::new(&stream)
+        .subjects(["elsewhere.>"])
+        .partitions(4)
+        .repartition(&js, true)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, NatsError::Config(m) if m.contains("not `elsewhere.>`")),
+        "{e}"
+    );
     let shape = spec
         .clone()
         .partitions(4)
@@ -803,11 +840,25 @@ async fn a_running_pair_goes_from_one_partition_to_four_under_load() {
         .await
         .unwrap();
     assert_eq!(shape.subjects.len(), 4);
+    assert_eq!(shape.base_subjects(), [format!("{prefix}.>")]);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let rounds = producer.stop_writing().await;
     assert!(rounds > round, "the producer wrote on after its restart");
     // Every event either producer committed is handled once, in order.
     assert_all_handled(&watch, ACCOUNTS, rounds, "1 -> 4").await;
+    // The last step: the old consumer, drained, deleted; the group goes on.
+    js.get_stream(&stream)
+        .await
+        .unwrap()
+        .delete_consumer("billing")
+        .await
+        .unwrap();
+    tokio::time::sleep(LEASE * 2).await;
+    assert!(
+        a.group.as_ref().is_some_and(|g| !g.is_finished())
+            && b.group.as_ref().is_some_and(|g| !g.is_finished()),
+        "the group runs on without the old consumer"
+    );
     a.stop().await;
     b.stop().await;
     producer.stop_relay().await;

@@ -65,7 +65,8 @@ pub(super) enum Command {
     /// Relays: publish again what a broker lost
     #[command(subcommand)]
     Relay(super::relay::RelayCommand),
-    /// NATS JetStream: create or check the stream the relay publishes to (feature `nats`)
+    /// NATS JetStream: the stream (create, check, repartition), an inbox's identity, a group
+    /// of inbox instances (feature `nats`)
     #[cfg(feature = "nats")]
     #[command(subcommand)]
     Nats(super::nats::NatsCommand),

@@ -14,7 +14,7 @@ use crate::InboxIdentity;
 
 #[derive(Debug, Subcommand)]
 pub(super) enum NatsCommand {
-    /// JetStream streams: create, check
+    /// JetStream streams: create, check, repartition
     #[command(subcommand)]
     Stream(StreamCommand),
     /// An inbox's recorded stream and consumer: show, adopt (needs --database)
@@ -152,13 +152,27 @@ pub(super) enum StreamCommand {
     /// Change the stream's partitions in place (the procedure: the transport's docs,
     /// "Changing the partitions"): records the new count and adds its subjects; with
     /// --prune, keeps only the new count's subjects
-    Repartition {
-        #[command(flatten)]
-        stream: StreamArgs,
-        /// Capture only the new count's subjects (once every producer publishes with it)
-        #[arg(long)]
-        prune: bool,
-    },
+    Repartition(RepartitionArgs),
+}
+
+#[derive(Debug, Args)]
+pub(super) struct RepartitionArgs {
+    /// The stream name
+    #[arg(default_value = "EVENTS")]
+    name: String,
+    /// NATS server URL, or a cluster's servers comma-separated [env: EVENTS_NATS_URL] [default: nats://127.0.0.1:4222]
+    #[arg(long, value_name = "URL")]
+    nats: Option<String>,
+    /// A subject the stream carries, partition token aside (repeat for several; default: the
+    /// stream's own)
+    #[arg(long = "subject", value_name = "SUBJECT")]
+    subjects: Vec<String>,
+    /// The new count of partitions
+    #[arg(long, value_name = "P")]
+    partitions: u32,
+    /// Capture only the new count's subjects (once every producer publishes with it)
+    #[arg(long)]
+    prune: bool,
 }
 
 #[derive(Debug, Args)]
@@ -187,12 +201,10 @@ pub(super) struct StreamArgs {
 }
 
 pub(super) async fn stream(command: StreamCommand, io: &mut Io<'_>) -> Result<(), CliError> {
-    let (what, args) = match command {
-        StreamCommand::Create(a) => ("create", a),
-        StreamCommand::Check(a) => ("check", a),
-        StreamCommand::Repartition { stream, prune } => {
-            (if prune { "prune" } else { "repartition" }, stream)
-        }
+    let (create, args) = match command {
+        StreamCommand::Create(a) => (true, a),
+        StreamCommand::Check(a) => (false, a),
+        StreamCommand::Repartition(a) => return repartition(a, io).await,
     };
     let client = crate::transport::nats::connect(&nats_url(args.nats), "events")
         .await
@@ -204,10 +216,10 @@ pub(super) async fn stream(command: StreamCommand, io: &mut Io<'_>) -> Result<()
         .replicas(args.replicas)
         .partitions(args.partitions);
     spec.max_msg_size = args.max_msg_size;
-    let shape = match what {
-        "create" => spec.create(&js).await,
-        "check" => spec.check(&js).await,
-        w => spec.repartition(&js, w == "prune").await,
+    let shape = if create {
+        spec.create(&js).await
+    } else {
+        spec.check(&js).await
     }
     .map_err(CliError::Nats)?;
     // A clustered stream that exists may still take nothing (no quorum) or run short of a
@@ -226,6 +238,28 @@ pub(super) async fn stream(command: StreamCommand, io: &mut Io<'_>) -> Result<()
             )))
         }
     }
+}
+
+async fn repartition(args: RepartitionArgs, io: &mut Io<'_>) -> Result<(), CliError> {
+    let client = crate::transport::nats::connect(&nats_url(args.nats), "events")
+        .await
+        .map_err(CliError::Nats)?;
+    let js = async_nats::jetstream::new(client);
+    let subjects = if args.subjects.is_empty() {
+        let shape = StreamShape::fetch(&js, &args.name)
+            .await
+            .map_err(CliError::Nats)?;
+        shape.base_subjects()
+    } else {
+        args.subjects
+    };
+    let shape = StreamSpec::new(&args.name)
+        .subjects(subjects)
+        .partitions(args.partitions)
+        .repartition(&js, args.prune)
+        .await
+        .map_err(CliError::Nats)?;
+    print(&shape, io)
 }
 
 fn print(s: &StreamShape, io: &mut Io<'_>) -> Result<(), CliError> {

@@ -7,7 +7,7 @@
 //! what a dead instance delays to its share, and lets consumption grow with instances.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -104,6 +104,8 @@ pub struct NatsGroup {
     group: String,
     member: String,
     lease: Duration,
+    /// Set once the consumer from before the partitions was deleted: nothing more to drain.
+    unpartitioned_gone: Arc<AtomicBool>,
 }
 
 /// The key of the unpartitioned consumer among the running partitions.
@@ -153,6 +155,7 @@ impl NatsGroup {
             lease: config.lease,
             outbox,
             inbox,
+            unpartitioned_gone: Arc::new(AtomicBool::new(false)),
         })
     }
 
@@ -178,7 +181,8 @@ impl NatsGroup {
     }
 
     /// Takes part in the group until `cancel` fires or, with `idle`, until none of its
-    /// partitions received a message for that long: joins it, and every quarter of the lease
+    /// partitions received a message for that long (a partition taken or given up restarts
+    /// that time): joins it, and every quarter of the lease
     /// renews its lease, computes the assignment over the live instances, starts consuming
     /// each partition assigned to it once the previous holder released it (or its hold
     /// expired), and stops consuming — after the batch in hand is committed and
@@ -234,6 +238,7 @@ impl NatsGroup {
         let mut fatal: Option<NatsError> = None;
         let (mut renewed, mut store_failing) = (Instant::now(), None::<Instant>);
         let (mut seen, mut last_activity) = (0u64, Instant::now());
+        let mut held: Vec<u32> = Vec::new();
         let held_gauge =
             metrics::gauge!("events_nats_group_partitions_held", "group" => self.group.clone());
         let mut next_beat = tokio::time::Instant::now();
@@ -294,6 +299,16 @@ impl NatsGroup {
             let now_seen = fetched.load(Ordering::Relaxed);
             if now_seen != seen {
                 (seen, last_activity) = (now_seen, Instant::now());
+            }
+            // A partition taken or given up restarts the idle time: what it brings has not
+            // been waited for yet.
+            let holding: Vec<u32> = running
+                .iter()
+                .filter(|(_, r)| !r.stopping)
+                .map(|(&p, _)| p)
+                .collect();
+            if holding != held {
+                (held, last_activity) = (holding, Instant::now());
             }
             if idle.is_some_and(|idle| last_activity.elapsed() >= idle) {
                 break;
@@ -405,7 +420,8 @@ impl NatsGroup {
         tasks: &mut JoinSet<(u32, Result<InboxReport, NatsError>)>,
         fetched: &Arc<AtomicU64>,
     ) {
-        let first = running.get(&0).is_some_and(|r| !r.stopping);
+        let first = running.get(&0).is_some_and(|r| !r.stopping)
+            && !self.unpartitioned_gone.load(Ordering::Relaxed);
         match running.get_mut(&UNPARTITIONED) {
             Some(r) if !first && !r.stopping => {
                 r.stop.cancel();
@@ -415,17 +431,29 @@ impl NatsGroup {
                 let mut config = self.inbox.clone();
                 config.unpartitioned = true;
                 let stop = CancellationToken::new();
-                let (js, outbox, fetched, token) = (
+                let (js, outbox, fetched, token, gone) = (
                     self.js.clone(),
                     self.outbox.clone(),
                     Arc::clone(fetched),
                     stop.clone(),
+                    Arc::clone(&self.unpartitioned_gone),
                 );
                 tasks.spawn(async move {
-                    (
-                        UNPARTITIONED,
-                        consume(js, outbox, config, token, fetched).await,
-                    )
+                    let (stream, durable) = (config.stream.clone(), config.durable.clone());
+                    let result = match consume(js.clone(), outbox, config, token, fetched).await {
+                        // Deleted once drained (the procedure's last step): done, not lost.
+                        Err(NatsError::IdentityChanged { .. })
+                            if super::inbox::observe(&js, &stream, &durable)
+                                .await
+                                .is_ok_and(|o| o.consumer.is_none()) =>
+                        {
+                            tracing::info!(durable = %durable, "inbox group: the consumer from before the partitions was deleted: nothing more to drain");
+                            gone.store(true, Ordering::Relaxed);
+                            Ok(InboxReport::default())
+                        }
+                        other => other,
+                    };
+                    (UNPARTITIONED, result)
                 });
                 running.insert(
                     UNPARTITIONED,

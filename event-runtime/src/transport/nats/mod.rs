@@ -194,8 +194,13 @@
 //!    once `events nats group status` shows nothing pending on it.
 //!
 //! Going down (Q < P), partitions P-1 … Q keep what was published to them: pause the
-//! producers' relays (`events relay pause`), wait until `events nats group status` shows no
-//! lag, then follow the steps.
+//! producers' relays (`events handler pause nats:EVENTS` on each producer's database), wait
+//! until `events nats group status` shows no lag, then follow the steps. The repartition
+//! refuses to go down while a consumer of a partition from Q up holds messages.
+//!
+//! The old consumer of step 4 is deleted with NATS's own tool (`nats consumer rm EVENTS
+//! billing`): the group sees it gone and stops draining it (its recorded identity stays, for
+//! `events nats inbox show`).
 //!
 //! # Metrics
 //! Through the `metrics` crate, next to the engine's (crate docs):

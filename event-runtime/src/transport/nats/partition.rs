@@ -68,6 +68,26 @@ pub(crate) fn partition_filter(
     })
 }
 
+/// The subjects `subjects` (a stream's) without their partition token, each once:
+/// `events.0.>`, `events.1.>` → `events.>`.
+pub(crate) fn base_subjects(subjects: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for s in subjects {
+        let base = match partition_token(s) {
+            Some(_) => {
+                let mut tokens: Vec<&str> = s.split('.').collect();
+                tokens.remove(1);
+                tokens.join(".")
+            }
+            None => s.clone(),
+        };
+        if !out.contains(&base) {
+            out.push(base);
+        }
+    }
+    out
+}
+
 /// The partition token of a partitioned subject (its second token, digits only); `None` when
 /// it has none.
 pub(crate) fn partition_token(subject: &str) -> Option<u32> {
@@ -87,12 +107,13 @@ fn score(group: &str, member: &str, partition: u32) -> u64 {
 
 /// Which of `members` consumes which of `partitions` partitions in `group`: rendezvous
 /// (highest random weight) hashing with a bounded load. Partitions are placed in order
-/// `0..partitions`; each goes to the member of highest score that holds fewer than
-/// `ceil(partitions / members)` so far; a member's score for a partition is
+/// `0..partitions`; each goes to the member of highest score that may take one more — every
+/// member takes `floor(partitions / members)`, and `partitions mod members` of them one
+/// more; a member's score for a partition is
 /// `XXH3-64(group ‖ 0x00 ‖ member ‖ 0x00 ‖ partition as decimal digits)`. Every instance that sees the same members computes the
 /// same assignment with no coordination; a member joining or leaving moves few partitions
-/// (those it takes or held, and the few the load bound pushes on); no member gets more than
-/// `ceil(partitions / members)`. Members are deduplicated; no member: an empty map. Every
+/// (those it takes or held, and the few the load bound pushes on); every member gets
+/// `floor(partitions / members)` or `ceil(partitions / members)`. Members are deduplicated; no member: an empty map. Every
 /// member is a key, with its partitions ascending (possibly none).
 ///
 /// ```
@@ -108,14 +129,27 @@ pub fn assign(group: &str, members: &[String], partitions: u32) -> BTreeMap<Stri
     if plan.is_empty() {
         return plan;
     }
-    let cap = (partitions as usize).div_ceil(plan.len());
+    // Each member takes floor(P/N) or ceil(P/N): the first P mod N members to reach the floor
+    // may go one above it. The capacities add up to P, so every member ends at its floor or
+    // one above: none idle while another holds two more.
+    let n = plan.len();
+    let floor = partitions as usize / n;
+    let mut above = partitions as usize % n;
     let names: Vec<String> = plan.keys().cloned().collect();
     for p in 0..partitions {
         let mut ranked: Vec<(u64, &String)> =
             names.iter().map(|m| (score(group, m, p), m)).collect();
         // Highest score first; ties (astronomically rare) by name, so that all agree.
         ranked.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(b.1)));
-        if let Some((_, m)) = ranked.into_iter().find(|(_, m)| plan[*m].len() < cap) {
+        let taker = ranked.into_iter().find(|(_, m)| {
+            let load = plan[*m].len();
+            load < floor || (load == floor && above > 0)
+        });
+        if let Some((_, m)) = taker {
+            let load = plan[m].len();
+            if load == floor {
+                above -= 1;
+            }
             plan.get_mut(m).expect("a member").push(p);
         }
     }
@@ -178,6 +212,8 @@ mod tests {
         assert_eq!(partitioned_subject("events.>", 0), "events.0.>");
         assert_eq!(partitioned_subject("orders", 12), "orders.12");
         assert_eq!(partition_token("events.3.order.placed"), Some(3));
+        let stream = ["t.0.>", "t.1.>", "u.x"].map(String::from);
+        assert_eq!(base_subjects(&stream), ["t.>", "u.x"]);
         assert_eq!(
             partition_filter(Some("events.order.>"), 1, Some(3)).as_deref(),
             Some("events.order.>")
@@ -203,8 +239,14 @@ mod tests {
         for members in 1..=5 {
             for partitions in [1, 2, 3, 7, 8, 16, 64] {
                 let plan = assign("billing", &names(members), partitions);
-                let cap = (partitions as usize).div_ceil(members);
-                assert!(plan.values().all(|p| p.len() <= cap));
+                let (lo, hi) = (
+                    partitions as usize / members,
+                    (partitions as usize).div_ceil(members),
+                );
+                assert!(
+                    plan.values().all(|p| (lo..=hi).contains(&p.len())),
+                    "{members} members, {partitions} partitions: {plan:?}"
+                );
                 let mut all: Vec<u32> = plan.values().flatten().copied().collect();
                 all.sort_unstable();
                 assert_eq!(all, (0..partitions).collect::<Vec<_>>());
@@ -228,5 +270,9 @@ mod tests {
             "{moved} partitions moved between the members that stayed"
         );
         assert!(assign("billing", &[], 8).is_empty());
+        // The names a user picks: each of three takes one or two of four.
+        let b = ["b1", "b2", "b3"].map(String::from);
+        let plan = assign("billing", &b, 4);
+        assert!(plan.values().all(|p| !p.is_empty()), "{plan:?}");
     }
 }

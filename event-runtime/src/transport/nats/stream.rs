@@ -219,7 +219,9 @@ impl StreamSpec {
     /// with the new count. Messages already stored stay where they are, under their subjects.
     ///
     /// # Errors
-    /// [`NatsError::Config`] for a count out of range; [`NatsError::NoStream`];
+    /// [`NatsError::Config`] for a count out of range, [`subjects`](Self::subjects) that
+    /// are not the stream's own (partition tokens aside), or a count below the stream's
+    /// while a consumer of a partition that goes away still holds messages; [`NatsError::NoStream`];
     /// [`NatsError::Broker`] when the server refuses or cannot be reached.
     ///
     /// # Cancel safety
@@ -241,6 +243,20 @@ impl StreamSpec {
             .map_err(NatsError::broker("stream info"))?
             .config
             .clone();
+        // The spec must name what the stream carries: another subject would capture another
+        // application's events (or, pruned, drop this one's).
+        let carried = super::partition::base_subjects(&config.subjects);
+        if let Some(other) = self.subjects.iter().find(|s| !carried.contains(s)) {
+            return Err(NatsError::Config(format!(
+                "stream `{}` carries {} (partition tokens aside), not `{other}`: repartition it with its own subjects",
+                self.name,
+                carried.join(", ")
+            )));
+        }
+        let had = StreamShape::from(&config).partitions;
+        if self.partitions < had {
+            self.refuse_stranded(&mut stream).await?;
+        }
         let wanted = self.stream_subjects();
         if prune {
             config.subjects = wanted;
@@ -257,6 +273,35 @@ impl StreamSpec {
             .await
             .map_err(NatsError::broker("update stream"))?;
         Ok(StreamShape::from_info(&info))
+    }
+
+    /// Fails when a consumer of a partition from [`partitions`](Self::partitions) up still
+    /// holds messages: going down would strand them.
+    async fn refuse_stranded(
+        &self,
+        stream: &mut jetstream::stream::Stream,
+    ) -> Result<(), NatsError> {
+        use futures_util::StreamExt;
+        let mut consumers = stream.consumers();
+        let mut stranded = Vec::new();
+        while let Some(info) = consumers.next().await {
+            let info = info.map_err(NatsError::broker("list consumers"))?;
+            let partition = super::partition::partition_token(&info.config.filter_subject);
+            let held = info.num_pending + info.num_ack_pending as u64;
+            if partition.is_some_and(|p| p >= self.partitions) && held > 0 {
+                stranded.push(format!("{} ({held})", info.name));
+            }
+        }
+        if stranded.is_empty() {
+            return Ok(());
+        }
+        Err(NatsError::Config(format!(
+            "stream `{}`: consumers of partitions from {} up still hold messages: {}; pause the producers' relays and let them drain before going down to {} partitions",
+            self.name,
+            self.partitions,
+            stranded.join(", "),
+            self.partitions
+        )))
     }
 
     fn compare(&self, shape: &StreamShape) -> Result<(), NatsError> {
@@ -366,6 +411,12 @@ impl StreamShape {
             leader: info.cluster.as_ref().and_then(|c| c.leader.clone()),
             ..StreamShape::from(&info.config)
         }
+    }
+
+    /// Its [`subjects`](Self::subjects) without their partition token, each once
+    /// (`events.0.>`, `events.1.>` → `events.>`): what a [`StreamSpec`] of it names.
+    pub fn base_subjects(&self) -> Vec<String> {
+        super::partition::base_subjects(&self.subjects)
     }
 
     /// Reads the stream `name` from the server.
