@@ -140,8 +140,8 @@
 //! [`NatsGroup`] runs one instance of a consuming service among several that share its
 //! database: each renews a lease there (`event_inbox_members`, every quarter of
 //! [`GroupConfig::lease`], default 10 s), computes the same assignment of the partitions over
-//! the live instances ([`assign`]: rendezvous hashing with a bounded load, so that no
-//! instance gets more than ceil(P/N)), and consumes each partition assigned to it through a
+//! the live instances ([`assign`]: rendezvous hashing with a bounded load, so that each
+//! instance gets floor(P/N) or ceil(P/N)), and consumes each partition assigned to it through a
 //! durable pull consumer of its own ([`partition_durable`]: `<durable>-<k>`, filtered on the
 //! partition's subjects) once the instance that held it released it or its hold expired
 //! (`event_inbox_partitions`). A partition no longer assigned to an instance is released
@@ -165,6 +165,7 @@
 //! ```no_run
 //! # use event_runtime::transport::nats::{self, GroupConfig, InboxConfig, NatsGroup};
 //! # use event_runtime::{CancellationToken, Outbox};
+//! # #[allow(dead_code)]
 //! # async fn run(billing: Outbox) -> Result<(), Box<dyn std::error::Error>> {
 //! let client = nats::connect("nats://127.0.0.1:4222", "billing").await?;
 //! let group = NatsGroup::new(
