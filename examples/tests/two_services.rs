@@ -259,6 +259,17 @@ impl Pair {
         });
     }
 
+    /// Whether the stream holds `n` messages or more now (`false` while it cannot be read).
+    fn holds(&self, n: u64) -> bool {
+        runtime().block_on(async {
+            let js = async_nats::jetstream::new(client(&self.url).await);
+            match js.get_stream(&self.stream).await {
+                Ok(mut s) => s.info().await.is_ok_and(|i| i.state.messages >= n),
+                Err(_) => false,
+            }
+        })
+    }
+
     /// Messages in the stream now.
     fn messages(&self) -> u64 {
         runtime().block_on(async {
@@ -716,17 +727,8 @@ fn both_services_on_a_three_server_cluster_are_exact_when_the_stream_leader_is_k
     let mut orders_cmd = pair.orders();
     orders_cmd.args(["--stream-replicas", "3"]);
     let mut orders = Running::spawn(orders_cmd);
-    let stream_holds = |n: u64| {
-        rt.block_on(async {
-            let js = async_nats::jetstream::new(client(&pair.url).await);
-            match js.get_stream(&pair.stream).await {
-                Ok(mut s) => s.info().await.is_ok_and(|i| i.state.messages >= n),
-                Err(_) => false,
-            }
-        })
-    };
     assert!(
-        orders.wait_for("orders to publish 2,000 events", || stream_holds(2_000)),
+        orders.wait_for("orders to publish 2,000 events", || pair.holds(2_000)),
         "orders ended before billing started"
     );
     // Idle-exit after 30 s without a message: beyond a failover and the ack wait (10 s).
@@ -777,17 +779,8 @@ fn three_billing_instances_share_a_partitioned_stream_and_stay_exact_when_one_an
     let mut orders_cmd = pair.orders();
     orders_cmd.args(["--stream-replicas", "3", "--partitions", "4"]);
     let mut orders = Running::spawn(orders_cmd);
-    let stream_holds = |n: u64| {
-        rt.block_on(async {
-            let js = async_nats::jetstream::new(client(&pair.url).await);
-            match js.get_stream(&pair.stream).await {
-                Ok(mut s) => s.info().await.is_ok_and(|i| i.state.messages >= n),
-                Err(_) => false,
-            }
-        })
-    };
     assert!(
-        orders.wait_for("orders to publish 2,000 events", || stream_holds(2_000)),
+        orders.wait_for("orders to publish 2,000 events", || pair.holds(2_000)),
         "orders ended before billing started"
     );
     // Three instances of one billing (one database, one group), idling out after 30 s without
