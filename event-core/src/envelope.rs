@@ -43,8 +43,19 @@ const RESERVED: &[&str] = &[
     "sequence",
     "correlationid",
     "causationid",
+    TRACE_PARENT_ATTRIBUTE,
+    TRACE_STATE_ATTRIBUTE,
     PREVIOUS_SEQUENCE_ATTRIBUTE,
 ];
+
+/// The CloudEvents distributed tracing extension's attribute (CloudEvents 1.0,
+/// `extensions/distributed-tracing.md`) carrying the W3C Trace Context `traceparent` of the
+/// event's creation: [`Metadata::trace_parent`]. A header may not use the name.
+pub const TRACE_PARENT_ATTRIBUTE: &str = "traceparent";
+
+/// The distributed tracing extension's `tracestate` (W3C Trace Context, vendor-specific
+/// trace data): [`Metadata::trace_state`]. A header may not use the name.
+pub const TRACE_STATE_ATTRIBUTE: &str = "tracestate";
 
 /// Application headers of an envelope, carried as CloudEvents extension attributes.
 ///
@@ -134,6 +145,15 @@ pub struct Metadata {
     pub causation_id: Option<Uuid>,
     /// Application headers, as extension attributes.
     pub headers: Headers,
+    /// The W3C Trace Context `traceparent` of the event's creation
+    /// (`00-<trace id>-<span id>-<flags>`), extension attribute `traceparent` of the
+    /// CloudEvents distributed tracing extension. `event-runtime` (feature `otel`) sets it when
+    /// a unit of work commits inside a traced span and it is `None`; a received envelope keeps
+    /// its producer's value. Carried as it is: it is not validated here.
+    pub trace_parent: Option<String>,
+    /// The W3C Trace Context `tracestate` that goes with [`trace_parent`](Self::trace_parent),
+    /// extension attribute `tracestate`.
+    pub trace_state: Option<String>,
 }
 
 impl Metadata {
@@ -148,6 +168,8 @@ impl Metadata {
             correlation_id: None,
             causation_id: None,
             headers: Headers::new(),
+            trace_parent: None,
+            trace_state: None,
         }
     }
 }
@@ -325,6 +347,19 @@ impl<E> Envelope<E> {
         self
     }
 
+    /// Sets the W3C Trace Context of the event's creation (CloudEvents distributed tracing
+    /// extension: `traceparent`, and `tracestate` when `Some`), for an application that
+    /// propagates a context itself; `event-runtime` never replaces a context set here.
+    pub fn with_trace_context(
+        mut self,
+        traceparent: impl Into<String>,
+        tracestate: Option<String>,
+    ) -> Self {
+        self.meta.trace_parent = Some(traceparent.into());
+        self.meta.trace_state = tracestate;
+        self
+    }
+
     /// Marks this event as caused by `cause`: causation id = `cause`'s id, correlation id =
     /// `cause`'s correlation id, or its id when it has none.
     pub fn caused_by(mut self, cause: &Metadata) -> Self {
@@ -405,6 +440,7 @@ fn decode_payload<E: DomainEvent>(raw: &RawEnvelope) -> Result<E, DecodeError> {
 /// | `aggregatetype` | [`Metadata::aggregate_type`] |
 /// | `sequence` | [`Metadata::sequence`], as a zero-padded 20-digit String so that it is lexicographically orderable, as the CloudEvents sequence extension requires |
 /// | `correlationid`, `causationid` | when set |
+/// | `traceparent`, `tracestate` | [`Metadata::trace_parent`], [`Metadata::trace_state`], when set (CloudEvents distributed tracing extension) |
 /// | any other | [`Metadata::headers`] |
 /// | `data` | the payload |
 ///
@@ -501,6 +537,12 @@ impl<D: Serialize + ?Sized> Serialize for CloudEvent<'_, D> {
         if let Some(c) = &m.causation_id {
             map.serialize_entry("causationid", c)?;
         }
+        if let Some(t) = &m.trace_parent {
+            map.serialize_entry(TRACE_PARENT_ATTRIBUTE, t)?;
+        }
+        if let Some(t) = &m.trace_state {
+            map.serialize_entry(TRACE_STATE_ATTRIBUTE, t)?;
+        }
         for (k, v) in m.headers.iter() {
             map.serialize_entry(k, v)?;
         }
@@ -582,6 +624,8 @@ impl<'de> Visitor<'de> for RawVisitor {
         let mut sequence: Option<u64> = None;
         let mut correlation_id: Option<Uuid> = None;
         let mut causation_id: Option<Uuid> = None;
+        let mut trace_parent: Option<String> = None;
+        let mut trace_state: Option<String> = None;
         let mut data: Option<Box<RawValue>> = None;
         let mut headers = Headers::new();
         while let Some(key) = map.next_key::<String>()? {
@@ -597,6 +641,8 @@ impl<'de> Visitor<'de> for RawVisitor {
                 "sequence" => sequence = Some(parse_sequence(&map.next_value()?)?),
                 "correlationid" => correlation_id = map.next_value()?,
                 "causationid" => causation_id = map.next_value()?,
+                TRACE_PARENT_ATTRIBUTE => trace_parent = map.next_value()?,
+                TRACE_STATE_ATTRIBUTE => trace_state = map.next_value()?,
                 "data" => data = Some(map.next_value()?),
                 "datacontenttype" => {
                     let ct: String = map.next_value()?;
@@ -645,6 +691,8 @@ impl<'de> Visitor<'de> for RawVisitor {
                 correlation_id,
                 causation_id,
                 headers,
+                trace_parent,
+                trace_state,
             },
             version: version.ok_or_else(|| missing("schemaversion"))?,
             data: data.ok_or_else(|| missing("data"))?,

@@ -119,7 +119,7 @@ mod upcast;
 
 pub use envelope::{
     AnyEnvelope, Envelope, Headers, Metadata, RawEnvelope, DEFAULT_SOURCE,
-    PREVIOUS_SEQUENCE_ATTRIBUTE,
+    PREVIOUS_SEQUENCE_ATTRIBUTE, TRACE_PARENT_ATTRIBUTE, TRACE_STATE_ATTRIBUTE,
 };
 pub use error::{DecodeError, ErrorChain, ErrorChainIter, ErrorKind, HandlerError, HeaderError};
 pub use event::{check_event_name, DomainEvent, EventDescriptor};

@@ -86,23 +86,74 @@
 //! or purges, with an audit row. Completed deliveries are purged after
 //! [`OutboxConfig::retention`], which must exceed the longest retry horizon.
 //!
-//! Metrics (through the `metrics` crate; label `handler` names a destination: a handler or a
-//! transport's relay):
-//! - counters `events_deliveries_completed_total`, `events_deliveries_failed_total`,
-//!   `events_deliveries_dead_lettered_total`, `events_delivery_retries_total` (label
-//!   `handler`), and the histogram `events_handler_duration_seconds` (label `handler`);
-//! - gauges `events_outbox_backlog` (pending deliveries),
-//!   `events_outbox_oldest_pending_age_seconds`, `events_dead_letters` (open dead letters),
-//!   and per destination (label `handler`)
-//!   `events_destination_oldest_pending_age_seconds` — the age in seconds of its oldest
-//!   pending delivery since its commit, 0 when it has none; for a relay, its lag — and
-//!   `events_destination_paused` (1 or 0). The workers set them every
-//!   [`OutboxConfig::metrics_interval`] (5 s) from a query of pending deliveries only
-//!   ([`Store::backlog`]). They describe the whole store, so every worker process sharing it
-//!   reports the same values: aggregate them across processes with `max`, not `sum`.
+//! # Observability
+//! **Metrics** go through the `metrics` facade: install the recorder of your choice (the
+//! `metrics-exporter-prometheus` crate serves them to Prometheus; the `orders` and `billing`
+//! examples do it on `--metrics-addr`), then call [`describe_metrics`] for the units and help
+//! texts. [`METRICS`] lists every one with its kind, unit and labels, and gives the buckets
+//! to export the histogram with ([`DELIVERY_DURATION_BUCKETS`]: the Prometheus exporter
+//! renders a summary unless buckets are set). Labels name a destination (`destination`: a
+//! handler or a transport's relay), an inbox group or a failure reason — never a payload
+//! value.
 //!
-//! Each delivery runs in a `tracing` span `delivery` with the event name, event id, handler
-//! and attempt.
+//! | metric | kind | labels | what |
+//! |---|---|---|---|
+//! | `events_outbox_backlog` | gauge | | pending deliveries |
+//! | `events_outbox_oldest_pending_age_seconds` | gauge | | age of the oldest pending delivery since its commit (0: none) |
+//! | `events_dead_letters` | gauge | | open dead letters |
+//! | `events_destination_oldest_pending_age_seconds` | gauge | `destination` | the same per destination: for a relay, its lag |
+//! | `events_destination_paused` | gauge | `destination` | 1 while paused, else 0 |
+//! | `events_inbox_held` | gauge | | received events waiting for their predecessor |
+//! | `events_inbox_open_gaps` | gauge | | open gaps ([`inbox`]) |
+//! | `events_deliveries_completed_total` | counter | `destination` | deliveries completed |
+//! | `events_deliveries_failed_total` | counter | `destination` | failed attempts |
+//! | `events_delivery_retries_total` | counter | `destination` | failed attempts to be retried |
+//! | `events_delivery_timeouts_total` | counter | `destination` | attempts over the time limit |
+//! | `events_deliveries_dead_lettered_total` | counter | `destination` | deliveries dead-lettered |
+//! | `events_delivery_lease_lost_total` | counter | `destination` | deliveries another worker took over |
+//! | `events_delivery_duration_seconds` | histogram | `destination` | duration of a completed attempt |
+//! | `events_inbox_gaps_opened_total` | counter | | gaps opened |
+//! | `events_inbox_invalid_prevsequence_total` | counter | | `prevsequence` naming no earlier event |
+//! | `events_nats_published_total`, `events_nats_published_duplicates_total` | counter | | relay publications acknowledged; of them, duplicates |
+//! | `events_nats_publish_failures_total` | counter | `reason` | relay publications that failed |
+//! | `events_nats_in_flight` | gauge | | publications awaiting their acknowledgement |
+//! | `events_nats_received_total`, `events_nats_duplicates_total`, `events_nats_dead_lettered_total` | counter | | inbox: fetched; already committed; dead-lettered |
+//! | `events_nats_acked_total`, `events_nats_terminated_total`, `events_nats_naked_total` | counter | | inbox: acknowledged; terminated; nak'ed after a failed commit |
+//! | `events_nats_partition_mismatches_total` | counter | | messages on another partition than their aggregate's |
+//! | `events_nats_group_partitions_held` | gauge | `group` | partitions this instance holds |
+//!
+//! The gauges of the outbox are set by the workers every [`OutboxConfig::metrics_interval`]
+//! (5 s) from a query of pending deliveries, held events and open gaps only
+//! ([`Store::backlog`]). They describe the whole store, so every worker process sharing it
+//! reports the same values: aggregate them across processes with `max`, not `sum`. A
+//! destination's counters are registered at 0 when the workers first see it.
+//!
+//! **Tracing**: each delivery attempt runs in a `tracing` span `delivery` (event name, event
+//! id, handler, attempt), a relay's publication in `publish`, a NATS inbox's batch in
+//! `receive` and its acknowledgement in `settle`. With the feature `otel` and a
+//! `tracing-opentelemetry` layer, they are spans of the OpenTelemetry messaging semantic
+//! conventions v1.44, and a trace runs from the command to the remote handler:
+//!
+//! - at commit, each new envelope without a trace context gets one when the unit of work
+//!   commits inside a traced span: a `create {event name}` span (PRODUCER, child of the
+//!   current span) whose context is stored in the envelope as `traceparent`/`tracestate` (the
+//!   CloudEvents distributed tracing extension) — with the outbox row, so that a delivery
+//!   hours later still joins the command's trace. A received envelope keeps its producer's;
+//! - each delivery attempt is `process {destination}` (CONSUMER), a child of the creation
+//!   context and linked to it: a retry is a sibling of the first attempt, not its child;
+//! - a relay's publication is `send {subject}` (CLIENT: the message's creation context is
+//!   the create span's), linked to the creation context; a NATS inbox's fetched batch is
+//!   `receive {stream}` (CONSUMER) and its acknowledgement `settle {stream}` (CLIENT), each
+//!   linked to every message's creation context;
+//! - attributes: `messaging.system` (`outbox` for the outbox's own spans; `nats` for the
+//!   transport's — neither is a well-known value of the conventions' registry, which allows
+//!   custom ones), `messaging.operation.type` and `messaging.operation.name` (the operation:
+//!   `create`, `send`, `receive`, `process`, `settle`), `messaging.destination.name` (event
+//!   name, destination, subject or stream), `messaging.message.id` (the event id),
+//!   `messaging.consumer.group.name` (the destination; the durable consumer),
+//!   `messaging.batch.message_count`, and on failure `error.type` (`transient`, `permanent`,
+//!   `panic`, `timeout`, `unavailable`, a dead letter reason, `store`, `ack_unconfirmed`)
+//!   with status ERROR.
 //!
 //! # Transports
 //! With the feature `nats`, `transport::nats` carries events between services through NATS
@@ -197,6 +248,7 @@ pub mod inbox;
 mod outbox;
 pub mod schema;
 pub mod store;
+mod telemetry;
 #[cfg(any(feature = "testing", feature = "fault-injection"))]
 #[cfg_attr(
     docsrs,
@@ -221,6 +273,9 @@ pub use store::{
     DeadLetterReason, DestinationBacklog, DestinationReport, FromSql, GroupMember, GroupView,
     HandlerStats, InboxIdentity, OutboxStats, PartitionLease, PausedDestination, Query,
     RepublishReport, RepublishSelection, Resolution, Row, SqlValue, Store, StoreError, ToSql, Tx,
+};
+pub use telemetry::catalog::{
+    describe_metrics, Metric, MetricKind, DELIVERY_DURATION_BUCKETS, METRICS,
 };
 /// Re-exported: the token [`Outbox::spawn_workers_with`] stops on.
 pub use tokio_util::sync::CancellationToken;

@@ -42,16 +42,15 @@ use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use event_core::{event_handler, Envelope, HandlerError};
 use event_runtime::cli::App;
 use event_runtime::transport::nats::{
     self, GroupConfig, InboxConfig, InboxReport, NatsGroup, NatsInbox,
 };
-use event_runtime::{
-    CancellationToken, ConnectOptions, Dispatcher, Outbox, OutboxConfig, OutboxError, Registry,
-    RetryPolicy, SqlValue, Store, Tx,
-};
+use event_runtime::{CancellationToken, ConnectOptions, Outbox, Registry, Store};
 use examples::orders::domain::{LineAdded, OrderPlacedV2, OrderShipped};
+use handlers::{create_tables, invoice, outbox, record_line, record_order};
+
+mod handlers;
 use rust_decimal::Decimal;
 
 /// Command-line arguments.
@@ -98,90 +97,15 @@ struct Args {
     /// partition only.
     #[arg(long, value_name = "P", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     partitions: u32,
+    /// Serve the metrics (Prometheus text format) at `http://HOST:PORT/metrics` while it
+    /// runs: received messages, held events, open gaps, the outbox's backlog, retries and
+    /// dead letters.
+    #[arg(long, value_name = "HOST:PORT")]
+    metrics_addr: Option<std::net::SocketAddr>,
     /// This instance's name in the group (default: host, process id and a random suffix).
     #[arg(long, value_name = "NAME")]
     member: Option<String>,
 }
-
-/// Records that `handler` ran on event `sequence` of `order`, with the next value of this
-/// database's counter, in the handler's transaction: for every (handler, order) the counter
-/// must grow with the sequence (`summary.out_of_order` counts the pairs where it does not).
-async fn seen(tx: &mut Tx, handler: &str, order: &str, sequence: u64) -> Result<(), HandlerError> {
-    // The counter row is locked until this transaction commits: values follow commit order.
-    tx.execute("UPDATE billing_counter SET n = n + 1", &[])
-        .await?;
-    tx.execute(
-        "INSERT INTO billing_seen (handler, order_id, sequence, n) \
-         VALUES ($1, $2, $3, (SELECT n FROM billing_counter))",
-        &[
-            SqlValue::Text(handler),
-            SqlValue::Text(order),
-            SqlValue::Int(sequence as i64),
-        ],
-    )
-    .await?;
-    Ok(())
-}
-
-#[event_handler(name = "billing.order")]
-async fn record_order(envelope: &Envelope<OrderPlacedV2>, tx: &mut Tx) -> Result<(), HandlerError> {
-    let event = envelope.event();
-    seen(tx, "billing.order", &event.order_id, envelope.sequence()).await?;
-    tx.execute(
-        "INSERT INTO billing_orders (order_id, region) VALUES ($1, $2)",
-        &[
-            SqlValue::Text(&event.order_id),
-            SqlValue::Text(&event.region),
-        ],
-    )
-    .await?;
-    Ok(())
-}
-
-#[event_handler(name = "billing.line")]
-async fn record_line(envelope: &Envelope<LineAdded>, tx: &mut Tx) -> Result<(), HandlerError> {
-    let event = envelope.event();
-    seen(tx, "billing.line", &event.order_id, envelope.sequence()).await?;
-    tx.execute(
-        "INSERT INTO billing_lines (row_id, order_id, sales) VALUES ($1, $2, $3)",
-        &[
-            SqlValue::Int(event.row_id as i64),
-            SqlValue::Text(&event.order_id),
-            SqlValue::Text(&event.sales.to_string()),
-        ],
-    )
-    .await?;
-    Ok(())
-}
-
-#[event_handler(name = "billing.invoice")]
-async fn invoice(envelope: &Envelope<OrderShipped>, tx: &mut Tx) -> Result<(), HandlerError> {
-    let event = envelope.event();
-    seen(tx, "billing.invoice", &event.order_id, envelope.sequence()).await?;
-    tx.execute(
-        "INSERT INTO billing_invoices (order_id, ship_date) VALUES ($1, $2)",
-        &[
-            SqlValue::Text(&event.order_id),
-            SqlValue::Text(&event.ship_date.to_string()),
-        ],
-    )
-    .await?;
-    Ok(())
-}
-
-/// Taken (PostgreSQL) before creating the tables: `CREATE TABLE IF NOT EXISTS` run by two
-/// sessions at once can fail on PostgreSQL's catalog (`pg_type_typname_nsp_index`). SQLite
-/// serialises the writers itself.
-const TABLES_LOCK: &str = "SELECT pg_advisory_xact_lock(7306020231)";
-
-const TABLES: [&str; 6] = [
-    "CREATE TABLE IF NOT EXISTS billing_orders (order_id TEXT PRIMARY KEY, region TEXT NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS billing_seen (handler TEXT NOT NULL, order_id TEXT NOT NULL, sequence BIGINT NOT NULL, n BIGINT NOT NULL)",
-    "CREATE INDEX IF NOT EXISTS billing_seen_order ON billing_seen (order_id, handler)",
-    "CREATE TABLE IF NOT EXISTS billing_counter (n BIGINT NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS billing_lines (row_id BIGINT PRIMARY KEY, order_id TEXT NOT NULL, sales TEXT NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS billing_invoices (order_id TEXT PRIMARY KEY, ship_date TEXT NOT NULL)",
-];
 
 /// The (handler, order) pairs whose counter does not grow with the sequence: an order's
 /// events handled out of the producer's order.
@@ -230,33 +154,6 @@ struct Summary {
     elapsed_ms: u64,
 }
 
-/// Billing's outbox over `store`: its three handlers (the events of `orders` it takes, and no
-/// other handler of the program), and its configuration. Also what `billing events` replays
-/// inbox dead letters with.
-fn outbox(store: Store) -> Result<Outbox, OutboxError> {
-    Outbox::builder(store)
-        .dispatcher(
-            Dispatcher::builder_empty()
-                .event::<OrderPlacedV2>()
-                .event::<LineAdded>()
-                .event::<OrderShipped>()
-                .handler::<record_order>()
-                .handler::<record_line>()
-                .handler::<invoice>(),
-        )
-        .config(
-            OutboxConfig::default()
-                .retry(RetryPolicy {
-                    max_attempts: 12,
-                    initial_backoff: Duration::from_millis(5),
-                    max_backoff: Duration::from_millis(100),
-                })
-                .poll_interval(Duration::from_millis(20))
-                .source("urn:example:billing"),
-        )
-        .build()
-}
-
 /// `billing events …`: the runtime's operations tool with billing's event types and outbox,
 /// so that `dlq replay ID` replays the inbox's dead letters too (through the inbox core, no
 /// broker needed), on billing's default database.
@@ -293,23 +190,10 @@ async fn run(args: &Args) -> Result<Summary, Box<dyn std::error::Error>> {
         options = options.schema(schema);
     }
     let store = Store::connect_with(&args.database, &options).await?;
-    let mut tx = store.begin().await?;
-    if store.backend_name() == "postgres" {
-        tx.query(TABLES_LOCK).fetch_all().await?;
+    if let Some(addr) = args.metrics_addr {
+        examples::serve_metrics(addr)?;
     }
-    for sql in TABLES {
-        tx.execute(sql, &[]).await?;
-    }
-    if tx
-        .fetch_i64("SELECT COUNT(*) FROM billing_counter", &[])
-        .await?
-        .unwrap_or(0)
-        == 0
-    {
-        tx.execute("INSERT INTO billing_counter (n) VALUES (0)", &[])
-            .await?;
-    }
-    tx.commit().await?;
+    create_tables(&store).await?;
     let outbox = outbox(store.clone())?;
     let client = nats::connect(&args.nats, "billing").await?;
     let js = async_nats::jetstream::new(client.clone());

@@ -13,6 +13,30 @@
 
 pub mod orders;
 
+/// Serves the runtime's metrics ([`event_runtime::METRICS`]) in the Prometheus text format at
+/// `http://{addr}/metrics`, through `metrics-exporter-prometheus` installed as the global
+/// recorder, with the delivery duration histogram's buckets. Call it once, inside the tokio
+/// runtime (the listener runs on it).
+///
+/// # Errors
+/// The address cannot be bound, or a recorder is installed already: the message says which.
+pub fn serve_metrics(addr: std::net::SocketAddr) -> Result<(), String> {
+    use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+    let mut builder = PrometheusBuilder::new().with_http_listener(addr);
+    for m in event_runtime::METRICS {
+        if let Some(buckets) = m.buckets {
+            builder = builder
+                .set_buckets_for_metric(Matcher::Full(m.name.to_owned()), buckets)
+                .map_err(|e| format!("--metrics-addr {addr}: {e}"))?;
+        }
+    }
+    builder
+        .install()
+        .map_err(|e| format!("--metrics-addr {addr}: {e}"))?;
+    event_runtime::describe_metrics();
+    Ok(())
+}
+
 /// Logs the framework's lines (broker outages, paused destinations, dead letters) on standard
 /// error, filtered by `RUST_LOG` when it is set (`RUST_LOG=info` adds retries,
 /// `RUST_LOG=event_runtime=debug` more) and by `default` otherwise (`"warn"`). Call it once,

@@ -331,18 +331,27 @@ impl Pair {
     }
 }
 
-/// A child process killed when dropped (a failed assertion must not leave it running).
-struct Running(Option<Child>);
+/// A child process killed when dropped (a failed assertion must not leave it running), and
+/// the port it serves its metrics on (0: none).
+struct Running(Option<Child>, u16);
 
 impl Running {
-    fn spawn(mut command: Command) -> Running {
-        Running(Some(
-            command
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap(),
-        ))
+    fn spawn(command: Command) -> Running {
+        Running::spawn_serving(command, 0)
+    }
+
+    /// A process serving its metrics on `port`.
+    fn spawn_serving(mut command: Command, port: u16) -> Running {
+        Running(
+            Some(
+                command
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap(),
+            ),
+            port,
+        )
     }
 
     /// SIGKILL: no destructor, no flush, no ack.
@@ -839,4 +848,206 @@ fn three_billing_instances_share_a_partitioned_stream_and_stay_exact_when_one_an
         count(&b3, "received")
     );
     let _ = std::fs::remove_dir_all(&pair.dir);
+}
+
+// ---- metrics --------------------------------------------------------------------------------
+
+/// A free loopback port (bound, then released for the process to bind).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `GET /metrics` on `port`: the samples (`name{labels}` → value) of the Prometheus text, and
+/// the `# TYPE` of each family; `None` while nothing answers.
+fn scrape(port: u16) -> Option<(HashMap<String, f64>, HashMap<String, String>)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    assert!(
+        head.starts_with("HTTP/1.") && head.contains(" 200 "),
+        "{head}"
+    );
+    let (mut samples, mut types) = (HashMap::new(), HashMap::new());
+    for line in body.lines() {
+        if let Some(t) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = t.split_once(' ').unwrap();
+            types.insert(name.to_owned(), kind.to_owned());
+        } else if !line.starts_with('#') && !line.is_empty() {
+            let (key, value) = line.rsplit_once(' ').unwrap();
+            samples.insert(key.to_owned(), value.parse().unwrap());
+        }
+    }
+    Some((samples, types))
+}
+
+/// Scrapes `port` every 200 ms while `running` runs, keeping each sample's highest value and
+/// every family's type; returns them with the process's output.
+fn scrape_while(mut running: Running) -> (Output, HashMap<String, f64>, HashMap<String, String>) {
+    let (mut highest, mut types) = (HashMap::new(), HashMap::new());
+    let port = running.1;
+    while running.0.as_mut().unwrap().try_wait().unwrap().is_none() {
+        if let Some((samples, t)) = scrape(port) {
+            for (k, v) in samples {
+                let e = highest.entry(k).or_insert(v);
+                *e = f64::max(*e, v);
+            }
+            types.extend(t);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    (running.finish(), highest, types)
+}
+
+/// The label values of `name`'s samples for label `label`.
+fn label_values(samples: &HashMap<String, f64>, name: &str, label: &str) -> Vec<String> {
+    let prefix = format!("{name}{{");
+    let key = format!("{label}=\"");
+    samples
+        .keys()
+        .filter_map(|k| k.strip_prefix(&prefix))
+        .filter_map(|rest| {
+            let at = rest.find(&key)? + key.len();
+            Some(rest[at..at + rest[at..].find('"')?].to_owned())
+        })
+        .collect()
+}
+
+#[test]
+fn both_services_serve_their_metrics_to_prometheus_while_they_run() {
+    let test = "metrics";
+    let Some(pair) = Pair::new(test) else {
+        return;
+    };
+    // The first 3,000 rows: several seconds of import, hundreds of retries and dead letters.
+    let input = first_rows(&pair, 3_000);
+    let e = expected(&input);
+    let port = free_port();
+    let mut orders = pair.orders();
+    orders.arg("--input").arg(&input);
+    orders.args(["--metrics-addr", &format!("127.0.0.1:{port}")]);
+    let (out, seen, types) = scrape_while(Running::spawn_serving(orders, port));
+    let summary_orders = summary("orders", &out);
+    assert_orders_complete(&pair, &summary_orders, &e);
+    let relay = format!("nats:{}", pair.stream);
+    let has = |name: &str| {
+        seen.keys()
+            .any(|k| k == name || k.starts_with(&format!("{name}{{")))
+    };
+    for name in [
+        "events_outbox_backlog",
+        "events_outbox_oldest_pending_age_seconds",
+        "events_dead_letters",
+        "events_delivery_retries_total",
+        "events_deliveries_dead_lettered_total",
+        "events_destination_oldest_pending_age_seconds",
+        "events_nats_published_total",
+    ] {
+        assert!(has(name), "orders served no {name}: {:?}", seen.keys());
+    }
+    let max = |key: &str| seen.get(key).copied().unwrap_or(-1.0);
+    assert!(
+        max("events_outbox_backlog") > 0.0,
+        "a backlog while importing"
+    );
+    let destinations = label_values(&seen, "events_delivery_retries_total", "destination");
+    assert!(destinations.contains(&relay), "{destinations:?}");
+    let retried: f64 = destinations
+        .iter()
+        .map(|d| {
+            max(&format!(
+                "events_delivery_retries_total{{destination=\"{d}\"}}"
+            ))
+        })
+        .sum();
+    assert!(retried > 0.0, "the flaky handlers' retries are counted");
+    assert!(
+        max("events_deliveries_dead_lettered_total{destination=\"orders.erp_export\"}") > 0.0,
+        "the ERP export's refusals are counted"
+    );
+    // The relay's lag: its oldest pending delivery's age.
+    assert!(
+        max(&format!(
+            "events_destination_oldest_pending_age_seconds{{destination=\"{relay}\"}}"
+        )) >= 0.0
+    );
+    // A histogram with buckets (not a summary), labelled by destination only.
+    assert_eq!(
+        types
+            .get("events_delivery_duration_seconds")
+            .map(String::as_str),
+        Some("histogram")
+    );
+    assert!(
+        seen.contains_key(&format!(
+            "events_delivery_duration_seconds_bucket{{destination=\"{relay}\",le=\"0.005\"}}"
+        )),
+        "{:?}",
+        seen.keys()
+            .filter(|k| k.contains("duration"))
+            .collect::<Vec<_>>()
+    );
+    // Labels are destination names (a handler or the relay), never payload values.
+    for d in label_values(
+        &seen,
+        "events_delivery_duration_seconds_bucket",
+        "destination",
+    ) {
+        assert!(d == relay || d.starts_with("orders."), "{d}");
+    }
+    for k in seen.keys().filter(|k| k.starts_with("events_")) {
+        let labels = k.split_once('{').map_or("", |(_, l)| l);
+        for pair in labels
+            .trim_end_matches('}')
+            .split(',')
+            .filter(|l| !l.is_empty())
+        {
+            let name = pair.split_once('=').unwrap().0;
+            assert!(
+                ["destination", "le", "reason", "group"].contains(&name),
+                "{k}"
+            );
+        }
+    }
+
+    // billing: what it received, held events and gaps.
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let billing = pair.billing("metrics", &["--metrics-addr", &addr]);
+    let (out, seen, _) = scrape_while(Running::spawn_serving(billing, port));
+    let summary_billing = summary("billing", &out);
+    assert_billing_exact(
+        "billing serving metrics",
+        &summary_billing,
+        &summary_orders,
+        &e,
+    );
+    for name in [
+        "events_inbox_held",
+        "events_inbox_open_gaps",
+        "events_outbox_backlog",
+        "events_nats_received_total",
+        "events_delivery_retries_total",
+    ] {
+        assert!(
+            seen.keys()
+                .any(|k| k == name || k.starts_with(&format!("{name}{{"))),
+            "billing served no {name}: {:?}",
+            seen.keys()
+        );
+    }
+    assert_eq!(
+        seen.get("events_nats_received_total").copied(),
+        Some(count(&summary_orders, "events_dispatched") as f64),
+        "every message received once"
+    );
+    pair.delete_stream();
 }

@@ -103,6 +103,34 @@ fn header_names_follow_cloudevents_attribute_naming() {
         e.clone().with_header("sequence", "x"),
         Err(HeaderError::Reserved(_))
     ));
+    for name in ["traceparent", "tracestate"] {
+        assert!(
+            matches!(
+                e.clone().with_header(name, "x"),
+                Err(HeaderError::Reserved(_))
+            ),
+            "{name}"
+        );
+    }
+}
+
+/// The CloudEvents distributed tracing extension: `traceparent` and `tracestate` are written
+/// when set, read back into the metadata (not the headers), and absent otherwise.
+#[test]
+fn trace_context_travels_as_the_distributed_tracing_extension() {
+    let parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let e = posted().with_trace_context(parent, Some("congo=t61rcWkgMzE".into()));
+    let json: Value = serde_json::to_value(&e).unwrap();
+    assert_eq!(json["traceparent"], parent);
+    assert_eq!(json["tracestate"], "congo=t61rcWkgMzE");
+    let raw = RawEnvelope::from_json(&json.to_string()).unwrap();
+    assert_eq!(raw.meta.trace_parent.as_deref(), Some(parent));
+    assert_eq!(raw.meta.trace_state.as_deref(), Some("congo=t61rcWkgMzE"));
+    assert_eq!(raw.meta.headers.get("traceparent"), None);
+    assert_eq!(Envelope::<Posted>::decode(&raw).unwrap(), e);
+
+    let plain: Value = serde_json::to_value(posted()).unwrap();
+    assert!(plain.get("traceparent").is_none() && plain.get("tracestate").is_none());
 }
 
 #[test]

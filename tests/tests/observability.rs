@@ -74,7 +74,7 @@ fn deliveries_report_completions_failures_retries_dead_letters_and_durations() {
         let (kind, key) = key.into_parts();
         let handler = key
             .labels()
-            .find(|l| l.key() == "handler")
+            .find(|l| l.key() == "destination")
             .map(|l| l.value().to_owned());
         assert_eq!(handler.as_deref(), Some("meter.record"), "{key:?}");
         match (kind, value) {
@@ -91,7 +91,7 @@ fn deliveries_report_completions_failures_retries_dead_letters_and_durations() {
     assert_eq!(counters["events_deliveries_failed_total"], 2);
     assert_eq!(counters["events_delivery_retries_total"], 1);
     assert_eq!(counters["events_deliveries_dead_lettered_total"], 1);
-    assert_eq!(histograms["events_handler_duration_seconds"], 2);
+    assert_eq!(histograms["events_delivery_duration_seconds"], 2);
 }
 
 /// An external destination, as a relay is, whose broker is unreachable until it is opened.

@@ -182,6 +182,7 @@ impl<'o> OutboxUnitOfWork<'o> {
                     envelope.metadata_mut().source = source.clone();
                 }
             }
+            crate::telemetry::stamp(&mut **envelope);
             let meta = envelope.metadata();
             let json = envelope.to_json().map_err(|source| OutboxError::Encode {
                 event_id: meta.id,

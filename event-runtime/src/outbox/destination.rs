@@ -158,6 +158,18 @@ pub enum DeliveryError {
     },
 }
 
+impl DeliveryError {
+    /// `error.type` of a span this failure ends: `unavailable`, `permanent` or `transient`.
+    #[cfg_attr(not(feature = "nats"), allow(dead_code))]
+    pub(crate) fn error_type(&self) -> &'static str {
+        match self {
+            DeliveryError::Unavailable { .. } => "unavailable",
+            DeliveryError::Failed(e) if e.is_permanent() => "permanent",
+            DeliveryError::Failed(_) => "transient",
+        }
+    }
+}
+
 impl<E: Into<HandlerError>> From<E> for DeliveryError {
     fn from(e: E) -> Self {
         DeliveryError::Failed(e.into())

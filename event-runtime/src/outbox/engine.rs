@@ -21,6 +21,7 @@ use super::{BatchReport, Outbox, OutboxError};
 use crate::dispatch::Outcome;
 use crate::store::backend::{ClaimedDelivery, SettleOutcome, SettleResult, Settlement};
 use crate::store::{DeadLetterReason, Tx};
+use crate::telemetry::{Messaging, Operation, SYSTEM_OUTBOX};
 
 /// The deliveries of one (destination, aggregate) claimed together, in sequence order.
 pub(crate) struct Run {
@@ -40,6 +41,20 @@ enum Failure {
     TimedOut(Duration),
     /// The destination is unavailable: given back, no attempt, destination paused.
     Unavailable(String, Duration),
+}
+
+impl Failure {
+    /// `error.type` of the failed attempt's span.
+    fn error_type(&self) -> &str {
+        match self {
+            Failure::Undeliverable(reason, _) => reason.as_str(),
+            Failure::Failed(e) if e.is_permanent() => "permanent",
+            Failure::Failed(_) => "transient",
+            Failure::Panicked(_) => "panic",
+            Failure::TimedOut(_) => "timeout",
+            Failure::Unavailable(..) => "unavailable",
+        }
+    }
 }
 
 impl Outbox {
@@ -193,7 +208,14 @@ impl Outbox {
     }
 
     /// What a failed attempt leads to: a retry after backoff, or the dead letter queue.
-    fn after_failure(&self, dest: &Resolved, d: &ClaimedDelivery, failure: Failure) -> Decision {
+    fn after_failure(
+        &self,
+        span: &tracing::Span,
+        dest: &Resolved,
+        d: &ClaimedDelivery,
+        failure: Failure,
+    ) -> Decision {
+        crate::telemetry::failed(span, failure.error_type());
         let attempts = d.attempts.saturating_add(1);
         let now = self.inner.clock.now_ms();
         let (permanent, chain) = match failure {
@@ -208,7 +230,7 @@ impl Outbox {
             Failure::Failed(e) => (e.is_permanent(), e.chain()),
             Failure::Panicked(m) => (false, vec![format!("handler panicked: {m}")]),
             Failure::TimedOut(limit) => {
-                metrics::counter!("events_delivery_timeouts_total", "handler" => dest.name.clone())
+                metrics::counter!("events_delivery_timeouts_total", "destination" => dest.name.clone())
                     .increment(1);
                 (
                     false,
@@ -222,7 +244,7 @@ impl Outbox {
             }
         };
         let chain: Vec<String> = chain.iter().map(|c| storable(c)).collect();
-        metrics::counter!("events_deliveries_failed_total", "handler" => dest.name.clone())
+        metrics::counter!("events_deliveries_failed_total", "destination" => dest.name.clone())
             .increment(1);
         if permanent || attempts >= dest.retry.max_attempts {
             let reason = if permanent {
@@ -252,7 +274,7 @@ impl Outbox {
             error = %chain.join(": "),
             "delivery failed; will retry"
         );
-        metrics::counter!("events_delivery_retries_total", "handler" => dest.name.clone())
+        metrics::counter!("events_delivery_retries_total", "destination" => dest.name.clone())
             .increment(1);
         Decision::Retry {
             attempts,
@@ -370,7 +392,7 @@ impl Outbox {
             let span = delivery_span(&dest, &d);
             let started = Instant::now();
             let result = tokio::time::timeout(dest.timeout, self.call_external(&dest, &d))
-                .instrument(span)
+                .instrument(span.clone())
                 .await
                 .unwrap_or(Err(Failure::TimedOut(dest.timeout)));
             let decision = match result {
@@ -379,11 +401,12 @@ impl Outbox {
                     elapsed: started.elapsed(),
                 },
                 Err(Failure::Unavailable(reason, retry_after)) => {
+                    crate::telemetry::failed(&span, "unavailable");
                     self.pause_unavailable(&dest, &reason, retry_after).await;
                     give_back(&settle, std::iter::once(d).chain(rest));
                     return;
                 }
-                Err(failure) => self.after_failure(&dest, &d, failure),
+                Err(failure) => self.after_failure(&span, &dest, &d, failure),
             };
             let completed = matches!(decision, Decision::Completed { .. });
             let _ = settle.send(Decided::new(&dest.name, d, decision));
@@ -484,9 +507,9 @@ impl Outbox {
             return Err(e.into());
         }
         for (handler, elapsed) in completed {
-            metrics::counter!("events_deliveries_completed_total", "handler" => handler.clone())
+            metrics::counter!("events_deliveries_completed_total", "destination" => handler.clone())
                 .increment(1);
-            metrics::histogram!("events_handler_duration_seconds", "handler" => handler)
+            metrics::histogram!("events_delivery_duration_seconds", "destination" => handler)
                 .record(elapsed.as_secs_f64());
         }
         Ok(report)
@@ -518,7 +541,7 @@ impl Outbox {
         let envelope = match self.decode(d, index) {
             Ok(e) => e,
             Err(failure) => {
-                let decision = self.after_failure(dest, d, failure);
+                let decision = self.after_failure(&tracing::Span::current(), dest, d, failure);
                 return self
                     .settle_failure_in_tx(tx, dest, d, decision, token)
                     .await;
@@ -561,7 +584,7 @@ impl Outbox {
                         tx.backend().rollback_to_savepoint(SAVEPOINT).await?;
                         tx.backend().release_savepoint(SAVEPOINT).await?;
                         tracing::warn!(event_id = %d.event_id, handler = %dest.name, "delivery taken over by another worker; its effects here were undone");
-                        metrics::counter!("events_delivery_lease_lost_total", "handler" => dest.name.clone()).increment(1);
+                        metrics::counter!("events_delivery_lease_lost_total", "destination" => dest.name.clone()).increment(1);
                         return Ok(InTx::LeaseLost);
                     }
                     Ok(SettleResult::Failed(e)) | Err(e) => Failure::Failed(
@@ -585,7 +608,7 @@ impl Outbox {
         undo(tx, SAVEPOINT).await?;
         tx.backend().release_savepoint(SAVEPOINT).await?;
         tx.backend().set_time_limit(None).await?;
-        let decision = self.after_failure(dest, d, failure);
+        let decision = self.after_failure(&tracing::Span::current(), dest, d, failure);
         self.settle_failure_in_tx(tx, dest, d, decision, token)
             .await
     }
@@ -645,7 +668,7 @@ impl Outbox {
             let mut rest = run.deliveries.iter();
             if let Some(head) = rest.next() {
                 let failure = Failure::Failed(HandlerError::transient_msg(&message));
-                let decision = self.after_failure(&run.dest, head, failure);
+                let decision = self.after_failure(&tracing::Span::none(), &run.dest, head, failure);
                 decided.push(Decided::new(&run.dest.name, head.clone(), decision));
             }
             for d in rest {
@@ -707,14 +730,29 @@ pub(crate) fn settlement<'a>(
     }
 }
 
+/// The span of one attempt of a delivery: `process {destination}` (CONSUMER) of the
+/// OpenTelemetry messaging conventions, a child of the event's creation context and linked to
+/// it, so that every attempt — a retry hours later too — joins the trace of the command that
+/// recorded the event, each attempt a sibling of the others.
 fn delivery_span(dest: &Resolved, d: &ClaimedDelivery) -> tracing::Span {
-    tracing::info_span!(
+    let span = tracing::info_span!(
         "delivery",
         event = %d.name,
         event_id = %d.event_id,
         handler = %dest.name,
-        attempt = d.attempts.saturating_add(1)
-    )
+        attempt = d.attempts.saturating_add(1),
+        otel.name = tracing::field::Empty,
+        otel.kind = tracing::field::Empty,
+    );
+    crate::telemetry::describe(
+        &span,
+        Messaging::new(Operation::Process, SYSTEM_OUTBOX, &dest.name)
+            .message(d.event_id)
+            .group(&dest.name),
+        Some(&d.envelope),
+        true,
+    );
+    span
 }
 
 /// Logs a dead letter decision, with its metric.
@@ -726,7 +764,7 @@ pub(crate) fn log_dead_letter(d: &Decided) {
         ..
     } = &d.decision
     {
-        metrics::counter!("events_deliveries_dead_lettered_total", "handler" => d.destination.clone())
+        metrics::counter!("events_deliveries_dead_lettered_total", "destination" => d.destination.clone())
             .increment(1);
         tracing::error!(
             event = %d.delivery.name,

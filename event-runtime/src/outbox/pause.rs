@@ -72,7 +72,8 @@ impl Outbox {
         };
         if newly {
             tracing::warn!(handler = %dest.name, reason, retry_after_ms = retry_after.as_millis() as u64, "destination unavailable: paused until it is back (no attempts are used)");
-            metrics::gauge!("events_destination_paused", "handler" => dest.name.clone()).set(1.0);
+            metrics::gauge!("events_destination_paused", "destination" => dest.name.clone())
+                .set(1.0);
         }
         self.record_pause(dest, reason, retry_after).await;
     }
@@ -154,7 +155,7 @@ impl Outbox {
                     Ok(_) => {
                         // At the outage's level, so that a log showing the pause shows its end.
                         tracing::warn!(handler = %name, outage_s = lasted.as_secs_f64().round(), "destination available again after {}: resumed", human(lasted));
-                        metrics::gauge!("events_destination_paused", "handler" => name.clone())
+                        metrics::gauge!("events_destination_paused", "destination" => name.clone())
                             .set(0.0);
                         self.inner.wake.notify_waiters();
                     }

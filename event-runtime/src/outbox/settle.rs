@@ -155,7 +155,7 @@ impl Outbox {
                             SettleResult::LeaseLost => {
                                 tally.lease_lost.fetch_add(1, Ordering::Relaxed);
                                 tracing::warn!(event_id = %d.delivery.event_id, handler = %d.destination, "delivery taken over by another worker before its outcome was recorded; it runs again there");
-                                metrics::counter!("events_delivery_lease_lost_total", "handler" => d.destination.clone()).increment(1);
+                                metrics::counter!("events_delivery_lease_lost_total", "destination" => d.destination.clone()).increment(1);
                             }
                             SettleResult::Failed(e) if tries < 3 => {
                                 tracing::warn!(event_id = %d.delivery.event_id, handler = %d.destination, error = %ErrorChain(&e), "recording a delivery's outcome failed; trying again");
@@ -186,9 +186,9 @@ impl Outbox {
         match &d.decision {
             Decision::Completed { elapsed, .. } => {
                 tally.completed.fetch_add(1, Ordering::Relaxed);
-                metrics::counter!("events_deliveries_completed_total", "handler" => handler.clone())
+                metrics::counter!("events_deliveries_completed_total", "destination" => handler.clone())
                     .increment(1);
-                metrics::histogram!("events_handler_duration_seconds", "handler" => handler.clone())
+                metrics::histogram!("events_delivery_duration_seconds", "destination" => handler.clone())
                     .record(elapsed.as_secs_f64());
             }
             Decision::Retry { .. } => {

@@ -124,6 +124,7 @@ impl Outbox {
     /// # Panics
     /// Outside a tokio runtime.
     pub fn spawn_workers_with(&self, count: usize, cancel: CancellationToken) -> Workers {
+        crate::describe_metrics();
         let tracker = TaskTracker::new();
         let tokens: Arc<Mutex<Vec<Option<String>>>> = Arc::new(Mutex::new(vec![None; count]));
         let mut aborts = Vec::with_capacity(count + 1);
@@ -421,7 +422,9 @@ impl Outbox {
             }
             if last_gauges.is_none_or(|t| t.elapsed() >= inner.config.metrics_interval) {
                 last_gauges = Some(Instant::now());
-                gauges.update(self).await;
+                if let Err(e) = gauges.update(self).await {
+                    tracing::warn!(error = %ErrorChain(&e), "reading the outbox backlog failed");
+                }
             }
             if last_stats.elapsed() >= STATS_EVERY {
                 last_stats = Instant::now();

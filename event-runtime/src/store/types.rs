@@ -160,6 +160,11 @@ pub struct Backlog {
     pub dead_letters: u64,
     /// The destinations paused now, by name.
     pub paused: Vec<String>,
+    /// Received events held now, waiting for a predecessor in their aggregate's chain (see
+    /// the [inbox core](crate::inbox)).
+    pub held: u64,
+    /// Open gaps: a predecessor that has not arrived after `gap_after`.
+    pub open_gaps: u64,
 }
 
 impl Backlog {

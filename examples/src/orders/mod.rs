@@ -170,6 +170,11 @@ pub struct Args {
     /// them. The stream must have this count (created with it when missing).
     #[arg(long, value_name = "P", default_value_t = 1)]
     pub partitions: u32,
+    /// Serve the metrics (Prometheus text format) at `http://HOST:PORT/metrics` while it
+    /// runs: the outbox's backlog and oldest pending age, retries, dead letters, each
+    /// destination's lag (the relay's too), delivery durations.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 /// The subject prefix used when `--subject-prefix` is not given.
@@ -195,6 +200,7 @@ impl Default for Args {
             subject_prefix: DEFAULT_SUBJECT_PREFIX.to_owned(),
             stream_replicas: 1,
             partitions: 1,
+            metrics_addr: None,
         }
     }
 }
@@ -653,6 +659,22 @@ pub async fn run(args: &Args) -> Result<Report, RunError> {
             source,
         })?;
 
+    // Its own delivery loop (`deliver_batch`) sets no gauges: a task sets them every second.
+    let gauges = match args.metrics_addr {
+        Some(addr) => {
+            crate::serve_metrics(addr).map_err(RunError::Usage)?;
+            let outbox = outbox.clone();
+            Some(tokio::spawn(async move {
+                loop {
+                    if let Err(e) = outbox.update_gauges().await {
+                        eprintln!("orders: reading the backlog for the gauges failed: {e}");
+                    }
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }))
+        }
+        None => None,
+    };
     let delivery = Delivery::start(&outbox, args.crash_after);
     let to_import = rows
         .iter()
@@ -663,6 +685,10 @@ pub async fn run(args: &Args) -> Result<Report, RunError> {
     let imported_result = import.all(&rows, &imported, &progress).await;
     let delivered = delivery.finish().await;
     progress.finish();
+    if let Some(gauges) = gauges {
+        gauges.abort();
+        let _ = outbox.update_gauges().await;
+    }
     imported_result?;
     let delivered = delivered?;
 

@@ -190,13 +190,13 @@ impl Gauges {
         ))
     }
 
-    /// The last value of gauge `name` with label `handler` = `handler`, if it was ever set.
+    /// The last value of gauge `name` with label `destination` = `handler`, if it was ever set.
     pub fn get(&self, name: &str, handler: &str) -> Option<f64> {
         self.0.get_gauge_handles().into_iter().find_map(|(key, g)| {
             let ours = key.name() == name
                 && key
                     .labels()
-                    .any(|l| l.key() == "handler" && l.value() == handler);
+                    .any(|l| l.key() == "destination" && l.value() == handler);
             ours.then(|| f64::from_bits(g.load(std::sync::atomic::Ordering::SeqCst)))
         })
     }

@@ -193,6 +193,8 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
                 .filter(|h| h.paused)
                 .map(|h| h.handler.clone())
                 .collect(),
+            held: self.held_events().await?,
+            open_gaps: self.gaps(false, 0, 1_000_000).await?.len() as u64,
         })
     }
 

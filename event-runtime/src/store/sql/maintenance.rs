@@ -63,6 +63,11 @@ pub(crate) async fn purge_completed<D: Dialect>(
 const OPEN_DEAD_LETTERS: &str =
     "SELECT COUNT(*) AS n FROM event_dead_letters WHERE resolved_at IS NULL";
 
+/// Held received events: read through the partial index `event_inbox_chain_held`.
+const HELD: &str = "SELECT COUNT(*) AS n FROM event_inbox_chain WHERE state = 'held'";
+
+const OPEN_GAPS: &str = "SELECT COUNT(*) AS n FROM event_inbox_gaps WHERE closed_at IS NULL";
+
 async fn count<D: Dialect>(conn: &mut super::Conn<D>, sql: &str) -> Result<u64, StoreError> {
     let r = rows::<D>(conn, sql, &[]).await?;
     let n = r
@@ -120,6 +125,8 @@ pub(crate) async fn backlog<D: Dialect>(
         destinations,
         dead_letters: count::<D>(&mut conn, OPEN_DEAD_LETTERS).await?,
         paused: paused::<D>(&mut conn, now).await?,
+        held: count::<D>(&mut conn, HELD).await?,
+        open_gaps: count::<D>(&mut conn, OPEN_GAPS).await?,
     })
 }
 

@@ -6,6 +6,8 @@ use async_nats::jetstream::{self, AckKind};
 
 use super::super::NatsError;
 use crate::inbox::InboxReport;
+use crate::telemetry::{self, Messaging, Operation};
+use tracing::Instrument;
 
 /// How the inbox consumes: its durable consumer and its batches. [`InboxConfig::new`], changed
 /// with one setter per field (`InboxConfig::new("EVENTS", "billing").batch(256)`).
@@ -221,6 +223,9 @@ pub struct ReceivedBatch {
     pub(super) accepted: Vec<jetstream::Message>,
     pub(super) poison: Vec<jetstream::Message>,
     pub(super) report: InboxReport,
+    /// The stream and durable consumer, for the settle span.
+    pub(super) stream: String,
+    pub(super) durable: String,
 }
 
 impl ReceivedBatch {
@@ -235,6 +240,34 @@ impl ReceivedBatch {
     /// # Cancel safety
     /// Cancel safe: a message whose ack was not confirmed is redelivered and skipped.
     pub async fn ack(self) -> InboxReport {
+        // `settle {stream}` of the messaging conventions (CLIENT), linked to each message's
+        // creation context.
+        let span = tracing::info_span!(
+            "settle",
+            stream = %self.stream,
+            consumer = %self.durable,
+            messages = self.accepted.len() + self.poison.len(),
+            otel.name = tracing::field::Empty,
+            otel.kind = tracing::field::Empty,
+        );
+        telemetry::describe(
+            &span,
+            Messaging::new(Operation::Settle, telemetry::SYSTEM_NATS, &self.stream)
+                .group(&self.durable)
+                .batch(self.accepted.len() + self.poison.len()),
+            None,
+            false,
+        );
+        let all = self.accepted.iter().chain(&self.poison);
+        telemetry::link_each(&span, all.map(|m| &m.payload[..]));
+        let report = self.settle().instrument(span.clone()).await;
+        if report.ack_failed > 0 {
+            telemetry::failed(&span, "ack_unconfirmed");
+        }
+        report
+    }
+
+    async fn settle(self) -> InboxReport {
         let mut report = self.report;
         let acks = self.accepted.iter().map(|m| m.double_ack());
         let terms = self.poison.iter().map(|m| m.double_ack_with(AckKind::Term));

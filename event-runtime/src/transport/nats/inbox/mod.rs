@@ -26,7 +26,9 @@ pub use refetch::{Refetch, RefetchOutcome, RefetchReport, RefetchedGap};
 
 use super::NatsError;
 use crate::inbox::{Incoming, Origin, Verdict};
+use crate::telemetry::{self, Messaging, Operation};
 use crate::{InboxIdentity, Outbox, OutboxError};
+use tracing::Instrument;
 
 /// How often, at least, the inbox compares the broker's stream and consumer with the
 /// identity it recorded (also after every failed fetch).
@@ -485,7 +487,38 @@ impl NatsInbox {
             self.mismatches.fetch_add(n, Ordering::Relaxed);
         }
         let batch: Vec<Incoming> = messages.iter().map(incoming).collect();
-        let receipt = self.outbox.receive(&self.name, batch).await;
+        // `receive {stream}` of the messaging conventions (CONSUMER), linked to each
+        // message's creation context; the commit into the outbox runs in it.
+        let span = tracing::info_span!(
+            "receive",
+            stream = %self.config.stream,
+            consumer = %self.config.durable,
+            messages = messages.len(),
+            otel.name = tracing::field::Empty,
+            otel.kind = tracing::field::Empty,
+        );
+        telemetry::describe(
+            &span,
+            Messaging::new(
+                Operation::Receive,
+                telemetry::SYSTEM_NATS,
+                &self.config.stream,
+            )
+            .group(&self.config.durable)
+            .batch(messages.len()),
+            None,
+            false,
+        );
+        telemetry::link_each(&span, messages.iter().map(|m| &m.payload[..]));
+        let receipt = self
+            .outbox
+            .receive(&self.name, batch)
+            .instrument(span.clone())
+            .await;
+        if receipt.error.is_some() {
+            telemetry::failed(&span, "store");
+        }
+        drop(span);
         metrics::counter!("events_nats_duplicates_total")
             .increment(receipt.report.duplicates as u64);
         metrics::counter!("events_nats_dead_lettered_total")
@@ -509,6 +542,8 @@ impl NatsInbox {
             accepted,
             poison,
             report: receipt.report,
+            stream: self.config.stream.clone(),
+            durable: self.config.durable.clone(),
         })
     }
 

@@ -21,6 +21,7 @@ use super::cluster::{Health, LeaderSeen};
 use super::stream::{subject_matches, StreamShape};
 use super::{header_bytes, NatsError, CONTENT_TYPE};
 use crate::outbox::destination::Target;
+use crate::telemetry::{self, Messaging, Operation};
 use crate::{Delivery, DeliveryError, Destination, Outbox, RetryPolicy, Routing};
 
 /// The NATS JetStream relay: add it to the outbox with
@@ -568,17 +569,30 @@ impl Destination for NatsRelay {
         let subject = self
             .config
             .subject_of(d.name, d.aggregate_type, d.aggregate_id);
+        // `send {subject}` of the messaging conventions (CLIENT: the creation context the
+        // message carries is its create span's), linked to that context.
         let span = tracing::info_span!(
             "publish",
             event_id = %d.event_id,
             event = d.name,
             subject = %subject,
-            attempt = d.attempt
+            attempt = d.attempt,
+            otel.name = tracing::field::Empty,
+            otel.kind = tracing::field::Empty,
+        );
+        telemetry::describe(
+            &span,
+            Messaging::new(Operation::Send, telemetry::SYSTEM_NATS, &subject).message(d.event_id),
+            Some(d.envelope),
+            false,
         );
         let gauge = metrics::gauge!("events_nats_in_flight");
         gauge.increment(1.0);
-        let result = self.publish(d, subject).instrument(span).await;
+        let result = self.publish(d, subject).instrument(span.clone()).await;
         gauge.decrement(1.0);
+        if let Err(e) = &result {
+            telemetry::failed(&span, e.error_type());
+        }
         result
     }
 
