@@ -39,12 +39,15 @@ pub(crate) enum Operation {
     /// An event created by a committing unit of work: PRODUCER.
     Create,
     /// Published to a broker: CLIENT (the creation context is the create span's).
+    #[cfg_attr(not(feature = "nats"), allow(dead_code))]
     Send,
     /// A batch fetched from a broker: CONSUMER.
+    #[cfg_attr(not(feature = "nats"), allow(dead_code))]
     Receive,
     /// An event given to a destination (a handler, a relay): CONSUMER.
     Process,
     /// A batch acknowledged to a broker: CLIENT.
+    #[cfg_attr(not(feature = "nats"), allow(dead_code))]
     Settle,
 }
 
@@ -133,7 +136,8 @@ pub(crate) fn describe(
 
 /// Links `span` (a batch's receive or settle span, not yet entered) to the creation context of
 /// each envelope in `envelopes` (CloudEvents JSON bytes) that has one.
-#[cfg_attr(not(feature = "otel"), allow(unused_variables, dead_code))]
+#[cfg_attr(not(feature = "otel"), allow(unused_variables))]
+#[cfg_attr(not(feature = "nats"), allow(dead_code))]
 pub(crate) fn link_each<'e>(span: &Span, envelopes: impl Iterator<Item = &'e [u8]>) {
     #[cfg(feature = "otel")]
     otel::link_each(span, envelopes);
@@ -204,6 +208,7 @@ mod otel {
         }
     }
 
+    #[cfg_attr(not(feature = "nats"), allow(dead_code))]
     pub(super) fn link_each<'e>(span: &Span, envelopes: impl Iterator<Item = &'e [u8]>) {
         if span.is_disabled() {
             return;

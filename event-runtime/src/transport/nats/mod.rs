@@ -212,7 +212,7 @@
 //! | `events_nats_published_duplicates_total` | counter | of those, acks saying the stream already held the message id |
 //! | `events_nats_publish_failures_total` | counter, label `reason` | `unavailable` (not connected, or the publish's connection was lost: the relay pauses), `no_stream` (no stream takes the subject, it has no leader or no quorum, or a time-out during an election or with a replica away: the relay pauses), `timeout` (retried), `too_large` (dead letter), `other` (retried) |
 //! | `events_nats_in_flight` | gauge | publishes sent and not yet acknowledged, in this process |
-//! | `events_destination_oldest_pending_age_seconds{handler="nats:<stream>"}` | gauge | the lag: age in seconds of the oldest committed event the broker has not acknowledged yet (0 when none), set by the outbox's workers every [`OutboxConfig::metrics_interval`](crate::OutboxConfig::metrics_interval) (5 s) |
+//! | `events_destination_oldest_pending_age_seconds{destination="nats:<stream>"}` | gauge | the lag: age in seconds of the oldest committed event the broker has not acknowledged yet (0 when none), set by the outbox's workers every [`OutboxConfig::metrics_interval`](crate::OutboxConfig::metrics_interval) (5 s) |
 //! | `events_nats_received_total` | counter | messages an inbox fetched |
 //! | `events_nats_duplicates_total` | counter | of those, event ids the consuming outbox already held (skipped) |
 //! | `events_nats_acked_total` | counter | messages acknowledged after their commit (ack confirmed) |
