@@ -149,7 +149,10 @@ pub struct Metadata {
     /// (`00-<trace id>-<span id>-<flags>`), extension attribute `traceparent` of the
     /// CloudEvents distributed tracing extension. `event-runtime` (feature `otel`) sets it when
     /// a unit of work commits inside a traced span and it is `None`; a received envelope keeps
-    /// its producer's value. Carried as it is: it is not validated here.
+    /// its producer's value. Carried as it is: it is not validated here (a received attribute
+    /// that is not a string is dropped, not an error). `event-runtime` ignores a value that is
+    /// not a valid W3C `traceparent` when it reads one, and replaces it at commit, with a
+    /// warning.
     pub trace_parent: Option<String>,
     /// The W3C Trace Context `tracestate` that goes with [`trace_parent`](Self::trace_parent),
     /// extension attribute `tracestate`.
@@ -349,7 +352,10 @@ impl<E> Envelope<E> {
 
     /// Sets the W3C Trace Context of the event's creation (CloudEvents distributed tracing
     /// extension: `traceparent`, and `tracestate` when `Some`), for an application that
-    /// propagates a context itself; `event-runtime` never replaces a context set here.
+    /// propagates a context itself: `00-<32 lower-case hex trace id>-<16 lower-case hex parent
+    /// id>-<2 hex flags>`, ids not all zero (W3C Trace Context § 3.2). `event-runtime` keeps a
+    /// valid context set here; one that is not valid it replaces at commit with its own (feature
+    /// `otel`, inside a traced span), logging a warning.
     pub fn with_trace_context(
         mut self,
         traceparent: impl Into<String>,
@@ -605,6 +611,13 @@ fn parse_sequence<E: de::Error>(v: &serde_json::Value) -> Result<u64, E> {
     }
 }
 
+fn string_or_none(value: serde_json::Value) -> Option<String> {
+    match value {
+        serde_json::Value::String(s) => Some(s),
+        _ => None,
+    }
+}
+
 impl<'de> Visitor<'de> for RawVisitor {
     type Value = RawEnvelope;
 
@@ -641,8 +654,10 @@ impl<'de> Visitor<'de> for RawVisitor {
                 "sequence" => sequence = Some(parse_sequence(&map.next_value()?)?),
                 "correlationid" => correlation_id = map.next_value()?,
                 "causationid" => causation_id = map.next_value()?,
-                TRACE_PARENT_ATTRIBUTE => trace_parent = map.next_value()?,
-                TRACE_STATE_ATTRIBUTE => trace_state = map.next_value()?,
+                // A context is carried, never required: a value that is not a string (a
+                // producer's bug) is dropped rather than refusing the event.
+                TRACE_PARENT_ATTRIBUTE => trace_parent = string_or_none(map.next_value()?),
+                TRACE_STATE_ATTRIBUTE => trace_state = string_or_none(map.next_value()?),
                 "data" => data = Some(map.next_value()?),
                 "datacontenttype" => {
                     let ct: String = map.next_value()?;

@@ -96,6 +96,24 @@
 //! handler or a transport's relay), an inbox group or a failure reason — never a payload
 //! value.
 //!
+//! ```no_run
+//! use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // `GET http://127.0.0.1:9091/metrics`, served on this tokio runtime.
+//! let mut builder = PrometheusBuilder::new().with_http_listener(([127, 0, 0, 1], 9091));
+//! for m in event_runtime::METRICS {
+//!     if let Some(buckets) = m.buckets {
+//!         builder = builder.set_buckets_for_metric(Matcher::Full(m.name.to_owned()), buckets)?;
+//!     }
+//! }
+//! builder.install()?;
+//! event_runtime::describe_metrics();
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! | metric | kind | labels | what |
 //! |---|---|---|---|
 //! | `events_outbox_backlog` | gauge | | pending deliveries |
@@ -124,9 +142,11 @@
 //!
 //! The gauges of the outbox are set by the workers every [`OutboxConfig::metrics_interval`]
 //! (5 s) from a query of pending deliveries, held events and open gaps only
-//! ([`Store::backlog`]). They describe the whole store, so every worker process sharing it
-//! reports the same values: aggregate them across processes with `max`, not `sum`. A
-//! destination's counters are registered at 0 when the workers first see it.
+//! ([`Store::backlog`]; [`Outbox::update_gauges`] for your own delivery loop). They describe
+//! the whole store, so every worker process sharing it reports the same values: aggregate them
+//! across processes with `max`, not `sum`. A destination's counters are registered at 0 when
+//! the workers first see it, a relay's when it is checked, an inbox's when it is created, so
+//! that a scrape tells "none" from "not reported".
 //!
 //! **Tracing**: each delivery attempt runs in a `tracing` span `delivery` (event name, event
 //! id, handler, attempt), a relay's publication in `publish`, a NATS inbox's batch in
@@ -153,7 +173,15 @@
 //!   `messaging.consumer.group.name` (the destination; the durable consumer),
 //!   `messaging.batch.message_count`, and on failure `error.type` (`transient`, `permanent`,
 //!   `panic`, `timeout`, `unavailable`, a dead letter reason, `store`, `ack_unconfirmed`)
-//!   with status ERROR.
+//!   with status ERROR; a create span of an event the outbox already held has
+//!   `messaging.outbox.duplicate` = true, and those of a refused commit `error.type`
+//!   (`conflict`, `aborted`, `too_large`, `store`…).
+//!
+//! An envelope's own valid context (`Envelope::with_trace_context`, or a received event's) is
+//! kept and no create span is made for it; one that is not a valid W3C `traceparent` is
+//! replaced at commit, with a warning, and ignored wherever it is read. With the feature but
+//! no OpenTelemetry layer, nothing is stored and the spans are plain `tracing` spans (which
+//! then show the fields `otel.name` and `otel.kind` in a log line's span context).
 //!
 //! # Transports
 //! With the feature `nats`, `transport::nats` carries events between services through NATS

@@ -101,7 +101,7 @@ struct Args {
     /// runs: received messages, held events, open gaps, the outbox's backlog, retries and
     /// dead letters.
     #[arg(long, value_name = "HOST:PORT")]
-    metrics_addr: Option<std::net::SocketAddr>,
+    metrics_addr: Option<String>,
     /// This instance's name in the group (default: host, process id and a random suffix).
     #[arg(long, value_name = "NAME")]
     member: Option<String>,
@@ -189,10 +189,11 @@ async fn run(args: &Args) -> Result<Summary, Box<dyn std::error::Error>> {
     if let Some(schema) = &args.schema {
         options = options.schema(schema);
     }
-    let store = Store::connect_with(&args.database, &options).await?;
-    if let Some(addr) = args.metrics_addr {
+    // Before anything is written: a port in use stops the run with nothing done.
+    if let Some(addr) = &args.metrics_addr {
         examples::serve_metrics(addr)?;
     }
+    let store = Store::connect_with(&args.database, &options).await?;
     create_tables(&store).await?;
     let outbox = outbox(store.clone())?;
     let client = nats::connect(&args.nats, "billing").await?;

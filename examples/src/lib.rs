@@ -15,14 +15,22 @@ pub mod orders;
 
 /// Serves the runtime's metrics ([`event_runtime::METRICS`]) in the Prometheus text format at
 /// `http://{addr}/metrics`, through `metrics-exporter-prometheus` installed as the global
-/// recorder, with the delivery duration histogram's buckets. Call it once, inside the tokio
-/// runtime (the listener runs on it).
+/// recorder, with the delivery duration histogram's buckets. `addr` is `HOST:PORT`: an IP
+/// address (`127.0.0.1:9091`, `[::1]:9091`) or a host name (`localhost:9091`, its first
+/// address). Call it once, inside the tokio runtime (the listener runs on it).
 ///
 /// # Errors
-/// The address cannot be bound, or a recorder is installed already: the message says which.
-pub fn serve_metrics(addr: std::net::SocketAddr) -> Result<(), String> {
+/// `addr` is not `HOST:PORT` or its host does not resolve, the address cannot be bound (in
+/// use, not this machine's), or a recorder is installed already: the message says which.
+pub fn serve_metrics(addr: &str) -> Result<(), String> {
     use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
-    let mut builder = PrometheusBuilder::new().with_http_listener(addr);
+    use std::net::ToSocketAddrs;
+    let resolved = addr
+        .to_socket_addrs()
+        .map_err(|e| format!("--metrics-addr {addr}: {e} (HOST:PORT, whose host resolves)"))?
+        .next()
+        .ok_or_else(|| format!("--metrics-addr {addr}: the host has no address"))?;
+    let mut builder = PrometheusBuilder::new().with_http_listener(resolved);
     for m in event_runtime::METRICS {
         if let Some(buckets) = m.buckets {
             builder = builder

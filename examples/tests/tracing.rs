@@ -357,3 +357,83 @@ fn a_retried_delivery_is_a_sibling_of_its_failed_attempt_under_the_creation_cont
     });
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// An application's own valid context is kept (no create span); an invalid one is replaced by
+/// the commit's; the create span of an event the outbox already held says so, and those of a
+/// refused commit carry `error.type`.
+#[test]
+fn commit_keeps_a_valid_context_replaces_an_invalid_one_and_marks_duplicates_and_refusals() {
+    use event_core::{Envelope, RawEnvelope};
+    exporter();
+    let dir = std::env::temp_dir().join(format!("trace-given-{}", uuid::Uuid::now_v7().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    runtime().block_on(async {
+        let outbox = Outbox::builder(sqlite(&dir, "given.db").await)
+            .dispatcher(
+                Dispatcher::builder_empty()
+                    .event::<OrderPlacedV2>()
+                    .event::<LineAdded>()
+                    .event::<OrderShipped>(),
+            )
+            .build()
+            .unwrap();
+        let given = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let mut events = one_order("CA-2026-3").take_events();
+        events[0].metadata_mut().trace_parent = Some(given.to_owned());
+        // Upper-case hex: not a valid traceparent.
+        events[1].metadata_mut().trace_parent = Some(given.to_uppercase());
+        let shipped: RawEnvelope = events[2].to_raw().unwrap();
+        let command = tracing::info_span!("ship order");
+        let trace = {
+            use opentelemetry::trace::TraceContextExt;
+            use tracing_opentelemetry::OpenTelemetrySpanExt;
+            command.context().span().span_context().trace_id()
+        };
+        async {
+            let mut uow = outbox.begin().await.unwrap();
+            uow.extend(events);
+            assert_eq!(uow.commit().await.unwrap().appended, 3);
+            // The shipped event again (a retried command): a duplicate.
+            let mut uow = outbox.begin().await.unwrap();
+            uow.add(Envelope::<OrderShipped>::decode(&shipped).unwrap());
+            assert_eq!(uow.commit().await.unwrap().duplicates, 1);
+            // The same order placed again under new ids: a conflict, nothing committed.
+            let mut uow = outbox.begin().await.unwrap();
+            uow.extend(one_order("CA-2026-3").take_events());
+            assert!(uow.commit().await.is_err());
+        }
+        .instrument(command)
+        .await;
+
+        let spans = spans_of(trace);
+        let creates =
+            |name: &str| -> Vec<&SpanData> { spans.iter().filter(|s| s.name == name).collect() };
+        // order.placed: once refused (the conflict); its own valid context made no span.
+        let placed = creates("create order.placed");
+        assert_eq!(placed.len(), 1, "only the conflicting commit's");
+        assert_eq!(attr_str(placed[0], "error.type"), "conflict");
+        assert!(matches!(placed[0].status, Status::Error { .. }));
+        // order.line_added: its invalid context replaced; then the refused one.
+        let lines: Vec<&SpanData> = spans
+            .iter()
+            .filter(|s| s.name.starts_with("create order.line"))
+            .collect();
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert_eq!(
+            lines
+                .iter()
+                .filter(|s| attr(s, "error.type").is_none())
+                .count(),
+            1
+        );
+        // order.shipped: created, then a duplicate, then refused.
+        let shipped_spans = creates("create order.shipped");
+        assert_eq!(shipped_spans.len(), 3);
+        let duplicate = shipped_spans
+            .iter()
+            .filter(|s| attr(s, "messaging.outbox.duplicate").is_some())
+            .count();
+        assert_eq!(duplicate, 1);
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}

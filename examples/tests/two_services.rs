@@ -852,15 +852,6 @@ fn three_billing_instances_share_a_partitioned_stream_and_stay_exact_when_one_an
 
 // ---- metrics --------------------------------------------------------------------------------
 
-/// A free loopback port (bound, then released for the process to bind).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// `GET /metrics` on `port`: the samples (`name{labels}` → value) of the Prometheus text, and
 /// the `# TYPE` of each family; `None` while nothing answers.
 fn scrape(port: u16) -> Option<(HashMap<String, f64>, HashMap<String, String>)> {
@@ -930,7 +921,7 @@ fn both_services_serve_their_metrics_to_prometheus_while_they_run() {
     // The first 3,000 rows: several seconds of import, hundreds of retries and dead letters.
     let input = first_rows(&pair, 3_000);
     let e = expected(&input);
-    let port = free_port();
+    let port = nats_cluster::free_port();
     let mut orders = pair.orders();
     orders.arg("--input").arg(&input);
     orders.args(["--metrics-addr", &format!("127.0.0.1:{port}")]);
@@ -1019,7 +1010,7 @@ fn both_services_serve_their_metrics_to_prometheus_while_they_run() {
     }
 
     // billing: what it received, held events and gaps.
-    let port = free_port();
+    let port = nats_cluster::free_port();
     let addr = format!("127.0.0.1:{port}");
     let billing = pair.billing("metrics", &["--metrics-addr", &addr]);
     let (out, seen, _) = scrape_while(Running::spawn_serving(billing, port));

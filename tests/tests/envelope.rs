@@ -129,6 +129,14 @@ fn trace_context_travels_as_the_distributed_tracing_extension() {
     assert_eq!(raw.meta.headers.get("traceparent"), None);
     assert_eq!(Envelope::<Posted>::decode(&raw).unwrap(), e);
 
+    // A producer's attribute that is not a string is dropped, not an error.
+    let mut odd = json.clone();
+    odd["traceparent"] = json!(12345);
+    odd["tracestate"] = json!({"k": "v"});
+    let raw = RawEnvelope::from_json(&odd.to_string()).unwrap();
+    assert_eq!(raw.meta.trace_parent, None);
+    assert_eq!(raw.meta.trace_state, None);
+
     let plain: Value = serde_json::to_value(posted()).unwrap();
     assert!(plain.get("traceparent").is_none() && plain.get("tracestate").is_none());
 }

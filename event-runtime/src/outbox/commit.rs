@@ -140,6 +140,23 @@ impl<'o> OutboxUnitOfWork<'o> {
     /// Not cancel safe once COMMIT is sent: dropped then, the transaction may or may not have
     /// committed (reload to know). Dropped before, everything is rolled back.
     pub async fn commit(mut self) -> Result<CommitReport, OutboxError> {
+        let mut creates = Vec::new();
+        let result = self.commit_traced(&mut creates).await;
+        if !creates.is_empty() {
+            let outcome = match &result {
+                Ok(report) => Ok(&report.appended_ids),
+                Err(e) => Err(e.error_type()),
+            };
+            crate::telemetry::created(creates, outcome);
+        }
+        result
+    }
+
+    /// [`commit`](Self::commit), collecting the create spans of the events it stamps.
+    async fn commit_traced(
+        &mut self,
+        creates: &mut Vec<(uuid::Uuid, tracing::Span)>,
+    ) -> Result<CommitReport, OutboxError> {
         let outbox = self.outbox;
         let inner = &*outbox.inner;
         let mut tx = self.tx.take().expect("commit takes the transaction once");
@@ -182,7 +199,9 @@ impl<'o> OutboxUnitOfWork<'o> {
                     envelope.metadata_mut().source = source.clone();
                 }
             }
-            crate::telemetry::stamp(&mut **envelope);
+            if let Some(span) = crate::telemetry::stamp(&mut **envelope) {
+                creates.push((envelope.metadata().id, span));
+            }
             let meta = envelope.metadata();
             let json = envelope.to_json().map_err(|source| OutboxError::Encode {
                 event_id: meta.id,

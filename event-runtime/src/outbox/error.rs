@@ -118,6 +118,22 @@ pub enum OutboxError {
     Injected(crate::testing::FaultPoint),
 }
 
+impl OutboxError {
+    /// `error.type` of a span a commit ends with this error (`conflict`, `aborted`, `encode`,
+    /// `too_large`, `unstorable`, `store`, …).
+    pub(crate) fn error_type(&self) -> &'static str {
+        match self {
+            OutboxError::Store(StoreError::Conflict { .. }) => "conflict",
+            OutboxError::Store(_) => "store",
+            OutboxError::Aborted(_) => "aborted",
+            OutboxError::Encode { .. } => "encode",
+            OutboxError::TooLarge { .. } => "too_large",
+            OutboxError::Unstorable { .. } => "unstorable",
+            _ => "other",
+        }
+    }
+}
+
 /// Why [`OutboxBuilder::build`](crate::OutboxBuilder::build) refused the configuration.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

@@ -11,6 +11,8 @@ const COUNTERS: &[&str] = &[
     "events_deliveries_failed_total",
     "events_delivery_retries_total",
     "events_deliveries_dead_lettered_total",
+    "events_delivery_timeouts_total",
+    "events_delivery_lease_lost_total",
 ];
 
 /// The destinations a process has set gauges for: each is set again on every pass (to 0 once

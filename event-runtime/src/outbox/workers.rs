@@ -125,6 +125,10 @@ impl Outbox {
     /// Outside a tokio runtime.
     pub fn spawn_workers_with(&self, count: usize, cancel: CancellationToken) -> Workers {
         crate::describe_metrics();
+        crate::telemetry::catalog::register_zero(&[
+            "events_inbox_gaps_opened_total",
+            "events_inbox_invalid_prevsequence_total",
+        ]);
         let tracker = TaskTracker::new();
         let tokens: Arc<Mutex<Vec<Option<String>>>> = Arc::new(Mutex::new(vec![None; count]));
         let mut aborts = Vec::with_capacity(count + 1);

@@ -147,6 +147,14 @@ pub fn describe_metrics() {
     }
 }
 
+/// Registers the counters `names` (no labels) at 0, so that a scrape shows them before
+/// their first event.
+pub(crate) fn register_zero(names: &[&'static str]) {
+    for name in names {
+        metrics::counter!(*name).absolute(0);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;

@@ -151,13 +151,40 @@ pub(crate) fn failed(span: &Span, error_type: &str) {
     otel::failed(span, error_type);
 }
 
-/// At commit: gives `envelope`, when it has no trace context and the current span has a valid
-/// OpenTelemetry context, the context of a new `create {event name}` span (PRODUCER, a child
-/// of the current span) as its `traceparent`/`tracestate`.
+/// At commit: gives `envelope`, when it has no valid trace context and the current span has a
+/// valid OpenTelemetry context, the context of a new `create {event name}` span (PRODUCER, a
+/// child of the current span) as its `traceparent`/`tracestate`. An invalid context the
+/// application set is replaced (or, untraced, left), with a warning. Returns the create span,
+/// to end with the commit ([`created`]).
 #[cfg_attr(not(feature = "otel"), allow(unused_variables))]
-pub(crate) fn stamp(envelope: &mut dyn AnyEnvelope) {
+pub(crate) fn stamp(envelope: &mut dyn AnyEnvelope) -> Option<Span> {
     #[cfg(feature = "otel")]
-    otel::stamp(envelope);
+    return otel::stamp(envelope);
+    #[cfg(not(feature = "otel"))]
+    None
+}
+
+/// Ends the create spans of a commit (`creates`: event id and span) with its outcome: on
+/// failure each gets `error.type` (`error_type`), and the events the outbox already held
+/// (not in `appended`) the attribute `messaging.outbox.duplicate`.
+#[cfg_attr(not(feature = "otel"), allow(unused_variables))]
+pub(crate) fn created(
+    creates: Vec<(Uuid, Span)>,
+    outcome: Result<&std::collections::HashSet<Uuid>, &str>,
+) {
+    #[cfg(feature = "otel")]
+    {
+        use tracing_opentelemetry::OpenTelemetrySpanExt;
+        for (id, span) in creates {
+            match outcome {
+                Err(error_type) => failed(&span, error_type),
+                Ok(appended) if !appended.contains(&id) => {
+                    span.set_attribute("messaging.outbox.duplicate", true)
+                }
+                Ok(_) => {}
+            }
+        }
+    }
 }
 
 #[cfg(feature = "otel")]
@@ -226,16 +253,22 @@ mod otel {
         span.set_status(Status::error(error_type.to_owned()));
     }
 
-    pub(super) fn stamp(envelope: &mut dyn AnyEnvelope) {
-        if envelope.metadata().trace_parent.is_some() {
-            return;
+    pub(super) fn stamp(envelope: &mut dyn AnyEnvelope) -> Option<Span> {
+        let meta = envelope.metadata();
+        if let Some(given) = &meta.trace_parent {
+            if parse(given, meta.trace_state.as_deref()).is_some() {
+                return None;
+            }
+            tracing::warn!(
+                event = envelope.name(),
+                event_id = %meta.id,
+                traceparent = %given,
+                "the event's trace context is not a valid W3C traceparent (00-<32 lower-case hex>-<16 lower-case hex>-<2 hex>): it is replaced when this commit is traced, and ignored by every reader"
+            );
         }
         let current = Span::current();
-        if current.is_disabled() {
-            return;
-        }
-        if !current.context().span().span_context().is_valid() {
-            return;
+        if current.is_disabled() || !current.context().span().span_context().is_valid() {
+            return None;
         }
         let create = tracing::info_span!(
             parent: &current,
@@ -266,6 +299,7 @@ mod otel {
             let state = sc.trace_state().header();
             meta.trace_state = (!state.is_empty()).then_some(state);
         }
+        Some(create)
     }
 
     /// `00-<trace id>-<parent id>-<flags>` (W3C Trace Context § 3.2.2).

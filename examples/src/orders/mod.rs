@@ -174,7 +174,7 @@ pub struct Args {
     /// runs: the outbox's backlog and oldest pending age, retries, dead letters, each
     /// destination's lag (the relay's too), delivery durations.
     #[arg(long, value_name = "HOST:PORT")]
-    pub metrics_addr: Option<std::net::SocketAddr>,
+    pub metrics_addr: Option<String>,
 }
 
 /// The subject prefix used when `--subject-prefix` is not given.
@@ -601,6 +601,10 @@ pub async fn run(args: &Args) -> Result<Report, RunError> {
         )));
     }
     let rows = csv_input::read_rows(&args.input)?;
+    // Before anything is written: a port in use stops the run with nothing done.
+    if let Some(addr) = &args.metrics_addr {
+        crate::serve_metrics(addr).map_err(RunError::Usage)?;
+    }
     let store = open(args).await?;
     let flaky = Arc::new(Flaky::new(args.flaky_rate, args.seed));
     let relay = match &args.nats {
@@ -661,8 +665,7 @@ pub async fn run(args: &Args) -> Result<Report, RunError> {
 
     // Its own delivery loop (`deliver_batch`) sets no gauges: a task sets them every second.
     let gauges = match args.metrics_addr {
-        Some(addr) => {
-            crate::serve_metrics(addr).map_err(RunError::Usage)?;
+        Some(_) => {
             let outbox = outbox.clone();
             Some(tokio::spawn(async move {
                 loop {

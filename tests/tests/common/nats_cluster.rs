@@ -30,7 +30,8 @@ fn require() -> bool {
     std::env::var("EVENTS_TEST_REQUIRE_SERVICES").as_deref() == Ok("1")
 }
 
-fn free_port() -> u16 {
+/// A free loopback port (bound, then released for a process to bind).
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()

@@ -198,6 +198,16 @@ impl NatsInbox {
                 found: mine.describe(),
             });
         }
+        // The inbox's counters exist from here on, at 0.
+        crate::telemetry::catalog::register_zero(&[
+            "events_nats_received_total",
+            "events_nats_duplicates_total",
+            "events_nats_dead_lettered_total",
+            "events_nats_acked_total",
+            "events_nats_terminated_total",
+            "events_nats_naked_total",
+            "events_nats_partition_mismatches_total",
+        ]);
         let inbox = NatsInbox {
             name,
             outbox,

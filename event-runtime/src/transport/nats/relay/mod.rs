@@ -266,6 +266,14 @@ impl NatsRelay {
             }
         }
         self.checked.store(true, Ordering::Release);
+        // The relay's counters exist from here on, at 0.
+        crate::telemetry::catalog::register_zero(&[
+            "events_nats_published_total",
+            "events_nats_published_duplicates_total",
+        ]);
+        for reason in ["unavailable", "no_stream", "timeout", "too_large", "other"] {
+            metrics::counter!("events_nats_publish_failures_total", "reason" => reason).absolute(0);
+        }
         Ok(shape)
     }
 
