@@ -92,6 +92,21 @@ fn links_to(span: &SpanData, id: SpanId) -> bool {
         .any(|l| l.span_context.span_id() == id)
 }
 
+/// The trace id of `span` (a new root span: its own trace).
+fn trace_of(span: &tracing::Span) -> TraceId {
+    use opentelemetry::trace::TraceContextExt;
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    span.context().span().span_context().trace_id()
+}
+
+/// A dispatcher that knows the orders domain's three events.
+fn order_events() -> event_runtime::DispatcherBuilder {
+    Dispatcher::builder_empty()
+        .event::<OrderPlacedV2>()
+        .event::<LineAdded>()
+        .event::<OrderShipped>()
+}
+
 fn require() -> bool {
     std::env::var("EVENTS_TEST_REQUIRE_SERVICES").is_ok_and(|v| v == "1")
 }
@@ -179,12 +194,7 @@ fn one_trace_runs_from_the_orders_command_to_billings_handler_through_nats() {
             RelayConfig::new(&stream).subject_prefix(prefix.clone()),
         );
         let orders = Outbox::builder(sqlite(&dir, "orders.db").await)
-            .dispatcher(
-                Dispatcher::builder_empty()
-                    .event::<OrderPlacedV2>()
-                    .event::<LineAdded>()
-                    .event::<OrderShipped>(),
-            )
+            .dispatcher(order_events())
             .destination(relay.clone())
             .config(OutboxConfig::default().source("urn:example:orders"))
             .build()
@@ -192,11 +202,7 @@ fn one_trace_runs_from_the_orders_command_to_billings_handler_through_nats() {
         relay.check(&orders).await.unwrap();
 
         let command = tracing::info_span!("ship order");
-        let trace = {
-            use opentelemetry::trace::TraceContextExt;
-            use tracing_opentelemetry::OpenTelemetrySpanExt;
-            command.context().span().span_context().trace_id()
-        };
+        let trace = trace_of(&command);
         async {
             let mut order = one_order("CA-2026-1");
             let mut uow = orders.begin().await.unwrap();
@@ -309,22 +315,12 @@ fn a_retried_delivery_is_a_sibling_of_its_failed_attempt_under_the_creation_cont
     std::fs::create_dir_all(&dir).unwrap();
     runtime().block_on(async {
         let outbox = Outbox::builder(sqlite(&dir, "retry.db").await)
-            .dispatcher(
-                Dispatcher::builder_empty()
-                    .event::<OrderPlacedV2>()
-                    .event::<LineAdded>()
-                    .event::<OrderShipped>()
-                    .handler::<flaky>(),
-            )
+            .dispatcher(order_events().handler::<flaky>())
             .config(OutboxConfig::default().retry(examples::orders::retry_policy()))
             .build()
             .unwrap();
         let command = tracing::info_span!("ship order");
-        let trace = {
-            use opentelemetry::trace::TraceContextExt;
-            use tracing_opentelemetry::OpenTelemetrySpanExt;
-            command.context().span().span_context().trace_id()
-        };
+        let trace = trace_of(&command);
         async {
             let mut uow = outbox.begin().await.unwrap();
             uow.extend(one_order("CA-2026-2").take_events());
@@ -369,12 +365,7 @@ fn commit_keeps_a_valid_context_replaces_an_invalid_one_and_marks_duplicates_and
     std::fs::create_dir_all(&dir).unwrap();
     runtime().block_on(async {
         let outbox = Outbox::builder(sqlite(&dir, "given.db").await)
-            .dispatcher(
-                Dispatcher::builder_empty()
-                    .event::<OrderPlacedV2>()
-                    .event::<LineAdded>()
-                    .event::<OrderShipped>(),
-            )
+            .dispatcher(order_events())
             .build()
             .unwrap();
         let given = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
@@ -384,11 +375,7 @@ fn commit_keeps_a_valid_context_replaces_an_invalid_one_and_marks_duplicates_and
         events[1].metadata_mut().trace_parent = Some(given.to_uppercase());
         let shipped: RawEnvelope = events[2].to_raw().unwrap();
         let command = tracing::info_span!("ship order");
-        let trace = {
-            use opentelemetry::trace::TraceContextExt;
-            use tracing_opentelemetry::OpenTelemetrySpanExt;
-            command.context().span().span_context().trace_id()
-        };
+        let trace = trace_of(&command);
         async {
             let mut uow = outbox.begin().await.unwrap();
             uow.extend(events);
