@@ -33,6 +33,7 @@ mod lease;
 pub(crate) mod pause;
 mod retention;
 pub(crate) mod retry;
+mod runs;
 mod settle;
 pub(crate) mod text;
 mod unregistered;
