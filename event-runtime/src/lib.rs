@@ -292,9 +292,9 @@ pub use dispatch::{
 };
 pub use outbox::retry::RetryPolicy;
 pub use outbox::{
-    BatchReport, Clock, CommitReport, ConfigError, Delivery, DeliveryError, Destination,
-    HandlerOptions, Outbox, OutboxBuilder, OutboxConfig, OutboxError, OutboxUnitOfWork,
-    PurgeReport, Routing, SystemClock, Workers, MAX_ERROR_BYTES, MIN_LEASE,
+    BatchReport, CircuitBreaker, Clock, CommitReport, ConfigError, Delivery, DeliveryError,
+    Destination, HandlerOptions, Outbox, OutboxBuilder, OutboxConfig, OutboxError,
+    OutboxUnitOfWork, PurgeReport, Routing, SystemClock, Workers, MAX_ERROR_BYTES, MIN_LEASE,
 };
 pub use store::{
     AuditEntry, Backlog, ConnectOptions, DatabaseError, DeadLetter, DeadLetterFilter,

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use event_core::DeliveryMode;
 
 use crate::outbox::destination::relay_name;
-use crate::store::{AuditEntry, PausedDestination, Store, OPERATOR};
+use crate::store::{AuditEntry, PausedDestination, Store, BREAKER, OPERATOR};
 
 use super::connect::Target;
 use super::format::{one_line, print_json, time, truncate, Table};
@@ -44,6 +44,8 @@ struct Pause {
     reason: String,
     paused_at: DateTime<Utc>,
     expires_at: Option<DateTime<Utc>>,
+    /// A circuit breaker's pause: when one delivery probes the handler next.
+    probe_at: Option<DateTime<Utc>>,
     /// Who paused it, from the newest `pause` audit row of this destination written since
     /// the pause began; `None` for a runtime pause or when the audit log has none.
     actor: Option<String>,
@@ -186,6 +188,7 @@ fn with_actor(p: &PausedDestination, audit: &[AuditEntry]) -> Pause {
         reason: p.reason.clone(),
         paused_at: p.paused_at,
         expires_at: p.expires_at,
+        probe_at: p.probe_at,
         actor: entry.map(|e| e.actor.clone()),
         audit_id: entry.map(|e| e.id),
     }
@@ -200,6 +203,9 @@ fn describe(p: &Pause) -> String {
     s.push_str(&format!(" since {}", time(p.paused_at)));
     if let Some(until) = p.expires_at {
         s.push_str(&format!(" until {}", time(until)));
+    }
+    if let Some(probe) = p.probe_at {
+        s.push_str(&format!(" probe at {}", time(probe)));
     }
     s.push_str(&format!(": {}", truncate(&one_line(&p.reason), 60)));
     s
@@ -282,11 +288,28 @@ pub(super) async fn resume(
     }
     let actor = actor(given_actor, "resumed")?;
     let store = target.connect().await?;
+    let by: Vec<String> = store
+        .paused_destinations()
+        .await?
+        .into_iter()
+        .filter(|p| p.destination == name && (p.paused_by == OPERATOR || p.paused_by == BREAKER))
+        .map(|p| p.paused_by)
+        .collect();
     let entry = store
         .resume_destination_audited(name, &actor, reason)
         .await?;
     match &entry {
-        Some(_) => writeln!(io.out, "resumed `{name}`: the operator's pause is lifted")?,
+        Some(_) => {
+            let lifted = match (
+                by.iter().any(|b| b == OPERATOR),
+                by.iter().any(|b| b == BREAKER),
+            ) {
+                (true, true) => "the operator's and the circuit breaker's pauses are lifted",
+                (false, true) => "the circuit breaker's pause is lifted",
+                _ => "the operator's pause is lifted",
+            };
+            writeln!(io.out, "resumed `{name}`: {lifted}")?
+        }
         None => {
             let known = known_destinations(&store, app).await?;
             if !known.contains(name) {
@@ -294,7 +317,7 @@ pub(super) async fn resume(
             }
             writeln!(
                 io.out,
-                "`{name}` was not paused by an operator; nothing was changed"
+                "`{name}` was not paused by an operator or a circuit breaker; nothing was changed"
             )?;
         }
     }

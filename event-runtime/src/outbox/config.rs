@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use super::breaker::CircuitBreaker;
 use super::error::ConfigError;
 use super::retry::RetryPolicy;
 
@@ -88,6 +89,10 @@ pub struct OutboxConfig {
     /// `transport::nats::FAILOVER_ALLOWANCE`, 45 s), so that a
     /// message merely waiting for redelivery or for a new leader is never reported.
     pub gap_after: Duration,
+    /// The circuit breaker of every handler without its own (default `None`: none, as in
+    /// MassTransit and Wolverine, where it is opt-in). See [`CircuitBreaker`] for what trips it
+    /// and what follows. Relays are never subject to it.
+    pub circuit_breaker: Option<CircuitBreaker>,
 }
 
 impl Default for OutboxConfig {
@@ -106,6 +111,7 @@ impl Default for OutboxConfig {
             source: None,
             max_envelope_bytes: (1 << 20) - 1024,
             gap_after: Duration::from_secs(300),
+            circuit_breaker: None,
         }
     }
 }
@@ -142,6 +148,13 @@ setters!(OutboxConfig:
 );
 
 impl OutboxConfig {
+    /// With [`circuit_breaker`](Self::circuit_breaker) set: every handler without its own
+    /// breaker gets `breaker`.
+    pub fn circuit_breaker(mut self, breaker: CircuitBreaker) -> Self {
+        self.circuit_breaker = Some(breaker);
+        self
+    }
+
     /// With [`source`](Self::source) set: the CloudEvents `source` written on envelopes that
     /// still have the default (a URI reference, such as `urn:example:orders`).
     pub fn source(mut self, source: impl Into<String>) -> Self {
@@ -161,6 +174,13 @@ impl OutboxConfig {
             if zero {
                 return Err(ConfigError::NotPositive { field });
             }
+        }
+        if let Some((field, rule)) = self.circuit_breaker.and_then(|b| b.invalid()) {
+            return Err(ConfigError::CircuitBreaker {
+                of: "the outbox".into(),
+                field,
+                rule,
+            });
         }
         if self.lease < MIN_LEASE {
             return Err(ConfigError::LeaseTooShort {
@@ -183,6 +203,11 @@ pub struct HandlerOptions {
     /// How many of its runs one worker delivers at once (handlers without a transaction and
     /// relays).
     pub concurrency: Option<usize>,
+    /// Its circuit breaker, instead of [`OutboxConfig::circuit_breaker`] (a handler only: a
+    /// relay is never subject to one).
+    pub circuit_breaker: Option<CircuitBreaker>,
+    /// No circuit breaker for it, whatever [`OutboxConfig::circuit_breaker`] says.
+    pub no_circuit_breaker: bool,
 }
 
 impl HandlerOptions {
@@ -206,6 +231,18 @@ impl HandlerOptions {
     /// With a concurrency limit per worker.
     pub fn concurrency(mut self, runs: usize) -> Self {
         self.concurrency = Some(runs);
+        self
+    }
+
+    /// With a circuit breaker of its own (a handler only).
+    pub fn circuit_breaker(mut self, breaker: CircuitBreaker) -> Self {
+        self.circuit_breaker = Some(breaker);
+        self
+    }
+
+    /// Without a circuit breaker, whatever [`OutboxConfig::circuit_breaker`] says.
+    pub fn no_circuit_breaker(mut self) -> Self {
+        self.no_circuit_breaker = true;
         self
     }
 }

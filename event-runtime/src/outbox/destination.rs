@@ -346,6 +346,8 @@ pub(crate) struct Resolved {
     pub(crate) timeout: Duration,
     /// Limits the runs of this destination in flight in one worker process.
     pub(crate) permits: Arc<Semaphore>,
+    /// Its circuit breaker (handlers only).
+    pub(crate) breaker: Option<super::breaker::CircuitBreaker>,
 }
 
 impl Resolved {

@@ -14,6 +14,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use super::breaker::Seen;
 use super::destination::{Delivery, DeliveryError, Resolved, Target};
 pub(crate) use super::runs::Run;
 use super::settle::{Decided, Decision};
@@ -52,7 +53,40 @@ impl Failure {
     }
 }
 
+impl Failure {
+    /// What the destination's circuit breaker makes of it.
+    fn seen(&self) -> Seen {
+        match self {
+            Failure::Failed(e) if e.is_permanent() => Seen::Permanent,
+            Failure::Failed(e) => Seen::Transient(e.chain().join(": ")),
+            Failure::Panicked(m) => Seen::Transient(format!("handler panicked: {m}")),
+            Failure::TimedOut(limit) => Seen::Transient(format!("timed out after {limit:?}")),
+            Failure::Undeliverable(..) | Failure::Unavailable(..) => Seen::Inconclusive,
+        }
+    }
+}
+
 impl Outbox {
+    /// What a failed attempt leads to — given back without using an attempt when it is this
+    /// process's circuit breaker probe and failed transiently — and what its breaker makes of
+    /// it.
+    fn decide_failure(
+        &self,
+        span: &tracing::Span,
+        dest: &Resolved,
+        d: &ClaimedDelivery,
+        failure: Failure,
+    ) -> (Decision, Seen) {
+        let seen = failure.seen();
+        if matches!(seen, Seen::Transient(_))
+            && self.inner.breakers.is_probe(&dest.name, d.event_id)
+        {
+            crate::telemetry::failed(span, failure.error_type());
+            return (Decision::Release, seen);
+        }
+        (self.after_failure(span, dest, d, failure), seen)
+    }
+
     /// What a failed attempt leads to: a retry after backoff, or the dead letter queue.
     fn after_failure(
         &self,
@@ -241,19 +275,23 @@ impl Outbox {
                 .instrument(span.clone())
                 .await
                 .unwrap_or(Err(Failure::TimedOut(dest.timeout)));
-            let decision = match result {
-                Ok(()) => Decision::Completed {
-                    attempts: d.attempts.saturating_add(1),
-                    elapsed: started.elapsed(),
-                },
+            let (decision, seen) = match result {
+                Ok(()) => (
+                    Decision::Completed {
+                        attempts: d.attempts.saturating_add(1),
+                        elapsed: started.elapsed(),
+                    },
+                    Seen::Success,
+                ),
                 Err(Failure::Unavailable(reason, retry_after)) => {
                     crate::telemetry::failed(&span, "unavailable");
                     self.pause_unavailable(&dest, &reason, retry_after).await;
                     give_back(&settle, std::iter::once(d).chain(rest));
                     return;
                 }
-                Err(failure) => self.after_failure(&span, &dest, &d, failure),
+                Err(failure) => self.decide_failure(&span, &dest, &d, failure),
             };
+            self.breaker_observe(&dest, d.event_id, &seen).await;
             let completed = matches!(decision, Decision::Completed { .. });
             let _ = settle.send(Decided::new(&dest.name, d, decision));
             if !completed {
@@ -278,22 +316,28 @@ impl Outbox {
         let mut tx = inner.store.begin().await?;
         let mut completed: Vec<(String, Duration)> = Vec::new();
         let mut released: Vec<ClaimedDelivery> = Vec::new();
+        // What the circuit breakers decided: written once the batch transaction has ended.
+        let mut breaker = Vec::new();
         for run in &runs {
             let dest = &*run.dest;
             let Target::Handler { index, .. } = dest.target else {
                 unreachable!("only handlers take the transaction")
             };
             for (i, d) in run.deliveries.iter().enumerate() {
-                if stop.is_cancelled() {
+                if stop.is_cancelled() || self.inner.breakers.is_open(&dest.name) {
                     released.extend(run.deliveries[i..].iter().cloned());
                     break;
                 }
                 self.renew_live_leases(&mut tx).await?;
                 let started = Instant::now();
+                let mut seen = Seen::Inconclusive;
                 let step = self
-                    .deliver_in_tx(&mut tx, dest, index, d, token)
+                    .deliver_in_tx(&mut tx, dest, index, d, token, &mut seen)
                     .instrument(delivery_span(dest, d))
                     .await?;
+                if let Some(action) = self.inner.breakers.observe(dest, d.event_id, &seen) {
+                    breaker.push((Arc::clone(&run.dest), action));
+                }
                 match step {
                     InTx::Completed => {
                         report.completed += 1;
@@ -310,6 +354,7 @@ impl Outbox {
                         // whole batch and give the deliveries back, due at once and without
                         // using an attempt.
                         tx.rollback().await?;
+                        self.breaker_apply_all(breaker).await;
                         let all: Vec<_> = runs.iter().flat_map(|r| r.deliveries.clone()).collect();
                         self.release_now(token, &all).await?;
                         tracing::warn!("delivery batch rolled back after a database conflict");
@@ -345,7 +390,9 @@ impl Outbox {
                 .collect();
             tx.backend().settle(token, now, &batch).await?;
         }
-        if let Err(e) = tx.commit().await {
+        let committed = tx.commit().await;
+        self.breaker_apply_all(breaker).await;
+        if let Err(e) = committed {
             // Nothing of the batch was kept. Count one failed attempt for the head of each
             // run, so that a batch whose commit always fails (a deferred constraint one of its
             // handlers breaks) ends in the dead letter queue instead of looping.
@@ -382,12 +429,14 @@ impl Outbox {
         index: u32,
         d: &ClaimedDelivery,
         token: &str,
+        seen: &mut Seen,
     ) -> Result<InTx, OutboxError> {
         const SAVEPOINT: &str = "event_delivery";
         let envelope = match self.decode(d, index) {
             Ok(e) => e,
             Err(failure) => {
-                let decision = self.after_failure(&tracing::Span::current(), dest, d, failure);
+                let (decision, _) =
+                    self.decide_failure(&tracing::Span::current(), dest, d, failure);
                 return self
                     .settle_failure_in_tx(tx, dest, d, decision, token)
                     .await;
@@ -423,6 +472,7 @@ impl Outbox {
                 match r {
                     Ok(SettleResult::Settled) => {
                         tx.backend().release_savepoint(SAVEPOINT).await?;
+                        *seen = Seen::Success;
                         return Ok(InTx::Completed);
                     }
                     Ok(SettleResult::LeaseLost) => {
@@ -454,7 +504,8 @@ impl Outbox {
         undo(tx, SAVEPOINT).await?;
         tx.backend().release_savepoint(SAVEPOINT).await?;
         tx.backend().set_time_limit(None).await?;
-        let decision = self.after_failure(&tracing::Span::current(), dest, d, failure);
+        let (decision, failed) = self.decide_failure(&tracing::Span::current(), dest, d, failure);
+        *seen = failed;
         self.settle_failure_in_tx(tx, dest, d, decision, token)
             .await
     }

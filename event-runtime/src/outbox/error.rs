@@ -160,6 +160,20 @@ pub enum ConfigError {
         "options are given for `{0}`, which is neither a registered handler nor a destination"
     )]
     UnknownDestination(String),
+    /// A circuit breaker setting is out of range.
+    #[error("the circuit breaker of {of}: {field} {rule}")]
+    CircuitBreaker {
+        /// `the outbox`, or the destination in backquotes.
+        of: String,
+        /// The [`CircuitBreaker`](crate::CircuitBreaker) field.
+        field: &'static str,
+        /// The rule it breaks.
+        rule: &'static str,
+    },
+    /// A circuit breaker is given to a relay (an external destination): relays have their own
+    /// pause, for a broker they cannot reach.
+    #[error("`{0}` is a relay, not a handler: a circuit breaker applies to handlers only (a relay pauses by itself while its broker is unreachable, without using attempts)")]
+    BreakerOnRelay(String),
     /// A retry policy allows no attempt.
     #[error("the retry policy of {0} has max_attempts 0: it must be at least 1")]
     ZeroAttempts(String),

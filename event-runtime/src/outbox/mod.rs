@@ -22,6 +22,7 @@ macro_rules! fault {
     }};
 }
 
+mod breaker;
 pub(crate) mod clock;
 mod commit;
 mod config;
@@ -46,6 +47,7 @@ use std::sync::{Arc, Mutex};
 use event_core::DeliveryMode;
 use tokio::sync::{Notify, Semaphore};
 
+pub use breaker::CircuitBreaker;
 pub use clock::{Clock, SystemClock};
 pub use commit::{CommitReport, OutboxUnitOfWork};
 pub use config::{HandlerOptions, OutboxConfig, MIN_LEASE};
@@ -86,6 +88,8 @@ pub(crate) struct Inner {
     pub(crate) live_leases: Mutex<Vec<String>>,
     /// Destinations this process paused as unavailable: when to look again, how often.
     pub(crate) runtime_paused: Mutex<HashMap<String, pause::Outage>>,
+    /// The circuit breakers of this process's handlers.
+    pub(crate) breakers: breaker::Breakers,
     #[cfg(feature = "fault-injection")]
     pub(crate) fault: Option<FaultHook>,
 }
@@ -278,12 +282,27 @@ impl OutboxBuilder {
                     });
                 }
             }
+            let is_relay = matches!(target, Target::External(_));
+            if is_relay && o.circuit_breaker.is_some() {
+                return Err(ConfigError::BreakerOnRelay(name.to_owned()));
+            }
+            let breaker = (!is_relay && !o.no_circuit_breaker)
+                .then_some(o.circuit_breaker.or(c.circuit_breaker))
+                .flatten();
+            if let Some((field, rule)) = breaker.and_then(|b| b.invalid()) {
+                return Err(ConfigError::CircuitBreaker {
+                    of: format!("`{name}`"),
+                    field,
+                    rule,
+                });
+            }
             Ok(Arc::new(Resolved {
                 name: name.to_owned(),
                 target,
                 retry,
                 timeout,
                 permits: Arc::new(Semaphore::new(concurrency)),
+                breaker,
             }))
         };
         let mut destinations: HashMap<String, Arc<Resolved>> = HashMap::new();
@@ -309,6 +328,7 @@ impl OutboxBuilder {
                 retry: d.retry_policy(),
                 timeout: d.timeout(),
                 concurrency: d.concurrency(),
+                ..HandlerOptions::new()
             };
             let r = resolve(&name, Target::External(Arc::clone(d)), own)?;
             destinations.insert(name, r);
@@ -367,6 +387,7 @@ impl OutboxBuilder {
                 wake: Notify::new(),
                 rng: Mutex::new(fastrand::Rng::new()),
                 runtime_paused: Mutex::new(HashMap::new()),
+                breakers: breaker::Breakers::default(),
                 live_leases: Mutex::new(Vec::new()),
                 #[cfg(feature = "fault-injection")]
                 fault: self.fault,

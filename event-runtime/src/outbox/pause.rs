@@ -87,18 +87,22 @@ impl Outbox {
             at: now,
             // Lapses by itself if this process dies before resuming it.
             expires_at: Some(now + (retry_after.as_millis() as i64).max(1_000) * 3),
+            probe_at: None,
         };
         if let Err(e) = self.inner.store.backend().pause(&pause).await {
             tracing::warn!(handler = %dest.name, error = %ErrorChain(&e), "recording the pause failed; this process holds the destination back anyway");
         }
     }
 
+    /// Whether this process holds `name` back: paused as unavailable here, or its circuit
+    /// breaker open (tripped here or seen paused in the store) and not being probed here.
     pub(crate) fn locally_paused(&self, name: &str) -> bool {
         self.inner
             .runtime_paused
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .contains_key(name)
+            || self.inner.breakers.is_open(name)
     }
 
     /// Asks every destination this process paused whether it is back; resumes those that

@@ -270,14 +270,15 @@ impl Outbox {
                         max_deliveries: batch,
                         now,
                     };
-                    let got = match inner.store.backend().claim(&req).await {
-                        Ok(got) => got,
+                    // The circuit breakers' probes that are due: one delivery each.
+                    let mut got = self.claim_probes(&token, lease.owner()).await;
+                    match inner.store.backend().claim(&req).await {
+                        Ok(more) => got.extend(more),
                         Err(e) if matches!(mode, Mode::Worker) => {
                             tracing::error!(error = %ErrorChain(&e), "claiming deliveries failed; trying again after the poll interval");
-                            Vec::new()
                         }
                         Err(e) => return Err(e.into()),
-                    };
+                    }
                     claimed = got.len();
                     if claimed > 0 {
                         lease.mark_written();

@@ -567,6 +567,7 @@ impl Store {
                 reason: reason.to_owned(),
                 at: now_ms(),
                 expires_at: None,
+                probe_at: None,
             })
             .await
     }
@@ -596,6 +597,11 @@ impl Store {
 
 /// `paused_by` of an operator's pause.
 pub const OPERATOR: &str = "operator";
+
+/// `paused_by` of a circuit breaker's pause: written by a worker when a handler's transient
+/// failures trip its breaker ([`CircuitBreaker`](crate::CircuitBreaker)), lifted by the probe
+/// that finds it back, or by hand (`events handler resume`).
+pub const BREAKER: &str = "breaker";
 
 /// `url` with its password masked, for messages.
 pub(crate) fn redact(url: &str) -> String {

@@ -52,9 +52,11 @@ impl Store {
     }
 
     /// [`resume_destination`](Self::resume_destination) and, in the same transaction, an
-    /// audit row: action `resume`, `actor`, reason `DESTINATION: REASON`. Returns the audit
-    /// row, or `None` when the operator had not paused `destination` (nothing is written
-    /// then). A runtime component's pause of the same destination stays.
+    /// audit row: action `resume`, `actor`, reason `DESTINATION: REASON`. A circuit breaker's
+    /// pause of it (`paused_by` `breaker`) is lifted too: the deliveries flow at once, and a
+    /// breaker that still sees failures trips again. Returns the audit row, or `None` when
+    /// neither an operator nor a breaker had paused `destination` (nothing is written then).
+    /// A runtime component's pause of the same destination stays.
     ///
     /// # Errors
     /// [`StoreError::Database`]; nothing is changed then.

@@ -114,6 +114,10 @@ pub struct PausedDestination {
     pub paused_at: DateTime<Utc>,
     /// When a runtime pause lapses unless renewed; `None` for an operator's.
     pub expires_at: Option<DateTime<Utc>>,
+    /// A circuit breaker's pause (`paused_by` `breaker`): when one delivery may probe whether
+    /// the destination is back (the cool-down's end, or a probe's time limit); `None` for
+    /// other pauses.
+    pub probe_at: Option<DateTime<Utc>>,
 }
 
 /// Outbox backlog, as `events outbox stats` prints it.

@@ -48,9 +48,9 @@ mod rows;
 
 pub use rows::{
     ChainLink, ClaimRequest, ClaimedDelivery, DestinationOperation, DestinationPage, Gap,
-    InboxDeadLetter, LinkKind, Linked, NewEvent, Pause, PlaceQuery, PurgeStep, RelayChainKey,
-    RepublishPage, RepublishSelection, RepublishStart, ResolutionSelection, Route, SettleOutcome,
-    SettleResult, Settlement, TakenDeadLetter,
+    InboxDeadLetter, LinkKind, Linked, NewEvent, Pause, PlaceQuery, ProbeClaim, ProbeRequest,
+    PurgeStep, RelayChainKey, RepublishPage, RepublishSelection, RepublishStart,
+    ResolutionSelection, Route, SettleOutcome, SettleResult, Settlement, TakenDeadLetter,
 };
 
 /// A database the outbox can live in.
@@ -136,7 +136,8 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     async fn repair_runs(&self, expired_before: i64) -> Result<u64, StoreError>;
 
     /// Runs of `destinations` that can still progress: pending heads (due now or later) of
-    /// destinations not paused. A run whose head is dead waits for its replay or purge and
+    /// destinations not paused — a circuit breaker's pause (`paused_by` `breaker`) does not
+    /// count, as it lifts by itself. A run whose head is dead waits for its replay or purge and
     /// does not count.
     async fn progressing(&self, destinations: &[String]) -> Result<u64, StoreError>;
 
@@ -148,6 +149,20 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
 
     /// Every pause in force at `now`.
     async fn paused(&self, now: i64) -> Result<Vec<PausedDestination>, StoreError>;
+
+    /// Takes the probe of the circuit breaker's pause of `req.destination` (`paused_by`
+    /// `breaker`) when its `probe_at` has come, in one transaction: moves `probe_at` to
+    /// `req.probe_until` and writes `req.token` as its holder (so that exactly one worker
+    /// store-wide takes it, and another takes it again if that one dies), then leases to
+    /// `req.token` the oldest ready head of the destination whether its retry is due or not
+    /// (one delivery, never a run: the probe). Another pause of the destination in force
+    /// (an operator's) holds the probe back.
+    ///
+    /// Returns [`ProbeClaim::NotDue`] (nothing written) when there is no breaker pause, its
+    /// probe is not due or another pause holds it; [`ProbeClaim::Nothing`] when the
+    /// destination has no delivery to probe with (the breaker's pause is then lifted, in the
+    /// same transaction); else [`ProbeClaim::Claimed`].
+    async fn claim_probe(&self, req: &ProbeRequest<'_>) -> Result<ProbeClaim, StoreError>;
 
     /// One bounded step of the retention purge, in one short transaction: deletes up to
     /// `batch` deliveries completed before `cutoff`, then up to `batch` outbox rows recorded
@@ -362,9 +377,9 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
         now: i64,
     ) -> Result<AuditEntry, StoreError>;
 
-    /// Lifts the operator's pause of `destination` and appends an audit row (action
-    /// `resume`), in one transaction; `None`, writing nothing, when the operator had not
-    /// paused it.
+    /// Lifts the operator's pause of `destination` and its circuit breaker's pause (`paused_by`
+    /// `breaker`) and appends an audit row (action `resume`), in one transaction; `None`,
+    /// writing nothing, when neither had paused it.
     async fn resume_audited(
         &self,
         destination: &str,

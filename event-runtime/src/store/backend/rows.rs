@@ -114,6 +114,38 @@ pub struct ClaimRequest<'a> {
     pub now: i64,
 }
 
+/// What [`Backend::claim_probe`](super::Backend::claim_probe) asks: take the probe of a
+/// circuit breaker's pause and lease one delivery to probe with.
+#[derive(Debug, Clone, Copy)]
+pub struct ProbeRequest<'a> {
+    /// The destination whose breaker's pause is probed.
+    pub destination: &'a str,
+    /// The worker's lease token (written as the probe's holder and on the delivery).
+    pub token: &'a str,
+    /// The lease's owner (`host:pid`), for operators.
+    pub owner: &'a str,
+    /// Until when the worker's lease holds unless renewed, ms.
+    pub lease_expires_at: i64,
+    /// The pause's next `probe_at` once taken, ms: when another worker may take the probe if
+    /// this one never reports (it died). At least the probe delivery's time limit away.
+    pub probe_until: i64,
+    /// The current time, ms.
+    pub now: i64,
+}
+
+/// What [`Backend::claim_probe`](super::Backend::claim_probe) came to.
+#[derive(Debug, Clone)]
+pub enum ProbeClaim {
+    /// No probe was taken: no breaker pause, its probe not due yet (or taken by another
+    /// worker), or another pause of the destination in force.
+    NotDue,
+    /// The probe was taken but the destination has no delivery to probe with: the breaker's
+    /// pause was lifted.
+    Nothing,
+    /// The probe was taken and this delivery leased to the worker.
+    Claimed(ClaimedDelivery),
+}
+
 /// A delivery leased to a worker, with its envelope.
 #[derive(Debug, Clone)]
 pub struct ClaimedDelivery {
@@ -228,6 +260,10 @@ pub struct Pause {
     /// When it lapses by itself unless renewed, ms (a runtime pause, so that the pause of a
     /// process that died does not last for ever); `None`: until resumed.
     pub expires_at: Option<i64>,
+    /// A circuit breaker's pause (`paused_by` `breaker`): when one worker may take its probe,
+    /// ms ([`Backend::claim_probe`](super::Backend::claim_probe)); `None` for other pauses.
+    /// Writing a pause again clears a probe taken of it.
+    pub probe_at: Option<i64>,
 }
 
 /// What one step of the retention purge deleted ([`Backend::purge_completed`](super::Backend::purge_completed)).

@@ -555,7 +555,8 @@ pub(crate) async fn progressing<D: Dialect>(
     let sql = format!(
         "SELECT COUNT(*) AS n FROM {} \
          WHERE d.status = 'pending' AND d.ready AND d.handler IN {} \
-         AND NOT EXISTS (SELECT 1 FROM event_paused_destinations z WHERE z.destination = d.handler)",
+         AND NOT EXISTS (SELECT 1 FROM event_paused_destinations z WHERE z.destination = d.handler \
+             AND z.paused_by <> 'breaker')",
         D::HEADS_TABLE,
         D::json_text_array("$1")
     );
@@ -579,15 +580,17 @@ pub(crate) async fn pause<D: Dialect>(pool: &Pool<D::DB>, p: &Pause) -> Result<(
 pub(crate) async fn pause_on<D: Dialect>(conn: &mut Conn<D>, p: &Pause) -> Result<(), StoreError> {
     execute::<D>(
         conn,
-        "INSERT INTO event_paused_destinations (destination, paused_by, reason, paused_at, expires_at) \
-         VALUES ($1, $2, $3, $4, $5) \
-         ON CONFLICT (destination, paused_by) DO UPDATE SET reason = excluded.reason, expires_at = excluded.expires_at",
+        "INSERT INTO event_paused_destinations (destination, paused_by, reason, paused_at, expires_at, probe_at) \
+         VALUES ($1, $2, $3, $4, $5, $6) \
+         ON CONFLICT (destination, paused_by) DO UPDATE SET reason = excluded.reason, \
+             expires_at = excluded.expires_at, probe_at = excluded.probe_at, probe_token = NULL",
         &[
             Arg::Str(&p.destination),
             Arg::Str(&p.paused_by),
             Arg::Str(&p.reason),
             Arg::I64(p.at),
             Arg::OptI64(p.expires_at),
+            Arg::OptI64(p.probe_at),
         ],
     )
     .await?;
@@ -625,7 +628,7 @@ pub(crate) async fn paused<D: Dialect>(
     let mut conn = pool.acquire().await.map_err(db)?;
     rows::<D>(
         &mut conn,
-        "SELECT destination, paused_by, reason, paused_at, expires_at FROM event_paused_destinations \
+        "SELECT destination, paused_by, reason, paused_at, expires_at, probe_at FROM event_paused_destinations \
          WHERE expires_at IS NULL OR expires_at > $1 ORDER BY destination, paused_by",
         &[Arg::I64(now)],
     )
@@ -638,6 +641,7 @@ pub(crate) async fn paused<D: Dialect>(
             reason: D::DB::get_string(r, "reason").map_err(db)?,
             paused_at: from_ms(D::DB::get_i64(r, "paused_at").map_err(db)?),
             expires_at: D::DB::get_opt_i64(r, "expires_at").map_err(db)?.map(from_ms),
+            probe_at: D::DB::get_opt_i64(r, "probe_at").map_err(db)?.map(from_ms),
         })
     })
     .collect()

@@ -127,6 +127,7 @@ pub(crate) async fn pause_audited<D: Dialect>(
         reason: reason.to_owned(),
         at: now,
         expires_at: None,
+        probe_at: None,
     };
     let mut tx = D::begin(pool).await.map_err(db)?;
     pause_on::<D>(&mut tx, &pause).await?;
@@ -135,8 +136,8 @@ pub(crate) async fn pause_audited<D: Dialect>(
     Ok(entry)
 }
 
-/// Lifts the operator's pause of `destination`, with its audit row, in one transaction;
-/// `None` (nothing written) when the operator had not paused it.
+/// Lifts the operator's and the circuit breaker's pauses of `destination`, with an audit row,
+/// in one transaction; `None` (nothing written) when neither had paused it.
 pub(crate) async fn resume_audited<D: Dialect>(
     pool: &Pool<D::DB>,
     destination: &str,
@@ -145,7 +146,9 @@ pub(crate) async fn resume_audited<D: Dialect>(
     now: i64,
 ) -> Result<Option<AuditEntry>, StoreError> {
     let mut tx = D::begin(pool).await.map_err(db)?;
-    if !resume_on::<D>(&mut tx, destination, OPERATOR).await? {
+    let operator = resume_on::<D>(&mut tx, destination, OPERATOR).await?;
+    let breaker = resume_on::<D>(&mut tx, destination, crate::store::BREAKER).await?;
+    if !operator && !breaker {
         tx.rollback().await.map_err(db)?;
         return Ok(None);
     }

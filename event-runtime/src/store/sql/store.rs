@@ -15,8 +15,8 @@ use super::{
 use crate::inbox::Origin;
 use crate::store::backend::{
     Backend, ClaimRequest, ClaimedDelivery, DestinationOperation, DestinationPage, Gap, Pause,
-    PurgeStep, RelayChainKey, RepublishPage, RepublishSelection, RepublishStart,
-    ResolutionSelection, SettleResult, Settlement,
+    ProbeClaim, ProbeRequest, PurgeStep, RelayChainKey, RepublishPage, RepublishSelection,
+    RepublishStart, ResolutionSelection, SettleResult, Settlement,
 };
 use crate::store::query::Row;
 use crate::store::types::{
@@ -131,6 +131,10 @@ impl<D: Dialect> Backend for SqlStore<D> {
 
     async fn paused(&self, now: i64) -> Result<Vec<PausedDestination>, StoreError> {
         delivery::paused::<D>(&self.pool, now).await
+    }
+
+    async fn claim_probe(&self, req: &ProbeRequest<'_>) -> Result<ProbeClaim, StoreError> {
+        super::breaker::claim_probe::<D>(&self.pool, req).await
     }
 
     async fn purge_completed(&self, cutoff: i64, batch: u32) -> Result<PurgeStep, StoreError> {
