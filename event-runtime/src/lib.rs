@@ -121,6 +121,8 @@
 //! | `events_dead_letters` | gauge | | open dead letters |
 //! | `events_destination_oldest_pending_age_seconds` | gauge | `destination` | the same per destination: for a relay, its lag |
 //! | `events_destination_paused` | gauge | `destination` | 1 while paused, else 0 |
+//! | `events_circuit_breaker_open` | gauge | `destination` | 1 while this process holds the handler's breaker open ([`CircuitBreaker`]) |
+//! | `events_circuit_breaker_trips_total` | counter | `destination` | times this process opened the breaker |
 //! | `events_inbox_held` | gauge | | received events waiting for their predecessor |
 //! | `events_inbox_open_gaps` | gauge | | open gaps ([`inbox`]) |
 //! | `events_deliveries_completed_total` | counter | `destination` | deliveries completed |
