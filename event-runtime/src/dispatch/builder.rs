@@ -12,6 +12,7 @@ use super::guard::IdempotencyGuard;
 use super::registry::{RegistryBuilder, RegistryError, TypeIdMap};
 use super::report::HandlerNames;
 use super::table::{BoundHandler, Route, TypeTable};
+use crate::schema::validate::SchemaValidator;
 
 /// Configures a [`Dispatcher`].
 pub struct DispatcherBuilder {
@@ -19,6 +20,7 @@ pub struct DispatcherBuilder {
     pub(super) resources: TypeIdMap<(&'static str, Arc<dyn Any + Send + Sync>)>,
     pub(super) guard_capacity: usize,
     pub(super) transaction_types: Vec<TypeId>,
+    pub(super) validate_schemas: bool,
 }
 
 impl std::fmt::Debug for DispatcherBuilder {
@@ -30,6 +32,7 @@ impl std::fmt::Debug for DispatcherBuilder {
                 &self.resources.values().map(|r| r.0).collect::<Vec<_>>(),
             )
             .field("guard_capacity", &self.guard_capacity)
+            .field("validate_schemas", &self.validate_schemas)
             .finish()
     }
 }
@@ -57,6 +60,25 @@ impl DispatcherBuilder {
     /// dispatcher is built (about 66 bytes a pair), so that dispatching never allocates.
     pub fn idempotency_capacity(mut self, capacity: usize) -> Self {
         self.guard_capacity = capacity;
+        self
+    }
+
+    /// Validates every envelope that enters from outside the process — [`Dispatcher::dispatch_raw`],
+    /// [`Dispatcher::dispatch_json`] and the inbox ([`Outbox::receive`](crate::Outbox::receive),
+    /// the NATS inbox) — against the JSON Schema of its (name, version) before decoding it. Off
+    /// by default: a service turns it on for what it consumes from producers it does not
+    /// build itself.
+    ///
+    /// The schemas are the catalog's ([`schema::Catalog`](crate::schema::Catalog): the type
+    /// derives `schemars::JsonSchema`), compiled once by [`build`](Self::build); a type without
+    /// one is not validated (a warning at build names them). A payload that breaks its schema is
+    /// [`DispatchError::Invalid`](crate::DispatchError::Invalid) from dispatch, and an inbox
+    /// dead letter of reason [`invalid`](crate::store::DeadLetterReason::Invalid) naming the
+    /// JSON pointer of the first violation; under the sequence-aware inbox it holds back its
+    /// aggregate's later events as any dead letter does. Events this process records itself
+    /// are typed and not validated. The cost is in BENCHMARKS.md (*Inbox*).
+    pub fn validate_schemas(mut self, on: bool) -> Self {
+        self.validate_schemas = on;
         self
     }
 
@@ -94,9 +116,15 @@ impl DispatcherBuilder {
     /// Every [`RegistryError`]: duplicate (name, version), an upcast chain with a gap or a
     /// fork, a handler of an older version than the newest, duplicate handler names, fewer
     /// handlers than expected, a resource a handler takes that was not provided, a handler
-    /// that needs a transaction.
+    /// that needs a transaction; with [`validate_schemas`](Self::validate_schemas), a JSON
+    /// Schema that does not compile.
     pub fn build(self) -> Result<Dispatcher, RegistryError> {
         let registry = self.registry.build()?;
+        let validator = if self.validate_schemas {
+            Some(SchemaValidator::new(&registry)?)
+        } else {
+            None
+        };
         let mut handlers = Vec::with_capacity(registry.handlers().len());
         for &descriptor in registry.handlers() {
             if let Some(tx) = descriptor
@@ -173,6 +201,7 @@ impl DispatcherBuilder {
                 routes,
                 resources,
                 guard,
+                validator,
             }),
         })
     }

@@ -16,6 +16,8 @@ use crate::dispatch::guard::{Admission, IdempotencyGuard, Ticket, DEFAULT_GUARD_
 use crate::dispatch::registry::{Registry, RegistryBuilder, TypeIdMap};
 use crate::dispatch::report::{DispatchReport, HandlerNames, Outcome, PanicMessage, Tally};
 use crate::dispatch::uow::UnitOfWork;
+use crate::schema::validate::SchemaValidator;
+use crate::schema::SchemaViolation;
 
 pub use super::builder::DispatcherBuilder;
 use super::table::{BoundHandler, Route, TypeTable};
@@ -43,6 +45,7 @@ pub(super) struct Inner {
     pub(super) routes: Vec<Route>,
     pub(super) resources: TypeIdMap<Arc<dyn Any + Send + Sync>>,
     pub(super) guard: Option<IdempotencyGuard>,
+    pub(super) validator: Option<SchemaValidator>,
 }
 
 /// Routes events to their handlers, in process.
@@ -207,6 +210,10 @@ pub enum DispatchError {
     /// that does not fit the type. No handler ran.
     #[error(transparent)]
     Decode(#[from] DecodeError),
+    /// Schema validation is on ([`DispatcherBuilder::validate_schemas`]) and the payload does
+    /// not match the JSON Schema of its (name, version). No handler ran.
+    #[error(transparent)]
+    Invalid(#[from] SchemaViolation),
 }
 
 impl Dispatcher {
@@ -228,6 +235,7 @@ impl Dispatcher {
             resources: TypeIdMap::default(),
             guard_capacity: DEFAULT_GUARD_CAPACITY,
             transaction_types: Vec::new(),
+            validate_schemas: false,
         }
     }
 
@@ -255,6 +263,25 @@ impl Dispatcher {
     /// How many (handler, event id) pairs the guard remembers now.
     pub fn guard_len(&self) -> usize {
         self.inner.guard.as_ref().map_or(0, IdempotencyGuard::len)
+    }
+
+    /// Whether envelopes from outside the process are validated against their JSON Schema
+    /// ([`DispatcherBuilder::validate_schemas`]).
+    pub fn validates_schemas(&self) -> bool {
+        self.inner.validator.is_some()
+    }
+
+    /// Checks the payload of `raw` against the JSON Schema of its (name, version), as
+    /// [`dispatch_raw`](Self::dispatch_raw) and the inbox do. `Ok` when validation is off, and
+    /// for an event type without a schema or unknown to the registry (decoding decides then).
+    ///
+    /// # Errors
+    /// The first [`SchemaViolation`].
+    pub fn validate(&self, raw: &RawEnvelope) -> Result<(), SchemaViolation> {
+        match &self.inner.validator {
+            Some(v) => v.check(raw),
+            None => Ok(()),
+        }
     }
 
     /// A unit of work over this dispatcher.
@@ -303,13 +330,15 @@ impl Dispatcher {
     /// # Errors
     /// [`DispatchError::Decode`] for an unknown name ([`DecodeError::UnknownName`]) or version
     /// ([`DecodeError::UnknownVersion`]) or a payload that does not fit the type
-    /// ([`DecodeError::Payload`]). No handler runs then.
+    /// ([`DecodeError::Payload`]); with schema validation on, [`DispatchError::Invalid`] for
+    /// a payload that breaks its JSON Schema. No handler runs then.
     ///
     /// # Cancel safety
     /// As the [`Dispatch`] future: dropped before it completes, the handlers that had not
     /// started do not run and a handler that was running is dropped at its await point
     /// (its idempotency reservation is released, so a redelivery runs it again).
     pub async fn dispatch_raw(&self, raw: &RawEnvelope) -> Result<DispatchReport, DispatchError> {
+        self.validate(raw)?;
         let envelope = self.inner.registry.decode(raw)?;
         Ok(self.dispatch_any(&*envelope).await)
     }

@@ -170,6 +170,19 @@ pub enum RegistryError {
         /// The transaction type.
         type_name: &'static str,
     },
+    /// Schema validation is on ([`DispatcherBuilder::validate_schemas`](crate::DispatcherBuilder::validate_schemas))
+    /// and an event type's JSON Schema is not one the validator compiles.
+    #[error("the JSON Schema of `{name}` v{version} (`{type_name}`) does not compile: {message}")]
+    InvalidSchema {
+        /// The event name.
+        name: &'static str,
+        /// The event version.
+        version: u32,
+        /// Its Rust type.
+        type_name: &'static str,
+        /// The validator's message.
+        message: String,
+    },
 }
 
 /// Builds a [`Registry`] from `inventory` ([`Registry::from_inventory`]) or by hand

@@ -189,6 +189,13 @@ impl Outbox {
         })?;
         let raw = RawEnvelope::from_json(json)
             .map_err(|e| poison(DeadLetterReason::Undecodable, chain(&e), None))?;
+        if let Err(v) = self.dispatcher().validate(&raw) {
+            return Err(poison(
+                DeadLetterReason::Invalid,
+                chain(&v),
+                Some(Box::new(raw)),
+            ));
+        }
         match self.dispatcher().registry().decode(&raw) {
             Ok(envelope) => {
                 let key = received_key(&raw);

@@ -29,6 +29,8 @@ impl Outbox {
     ///
     /// # Errors
     /// [`OutboxError::NotReplayable`] naming the first dead letter that still does not decode;
+    /// [`OutboxError::NotValid`] for one that still breaks its JSON Schema (with schema
+    /// validation on);
     /// [`OutboxError::Store`] — [`StoreError::Conflict`](crate::StoreError::Conflict) when an
     /// event's (aggregate, sequence) is still taken, or the database failed;
     /// [`OutboxError::Aborted`] when an in-transaction handler refused an event. Nothing is
@@ -69,6 +71,12 @@ impl Outbox {
                 source,
             };
             let raw = RawEnvelope::from_json(&d.body).map_err(not_replayable)?;
+            self.dispatcher()
+                .validate(&raw)
+                .map_err(|source| OutboxError::NotValid {
+                    dead_letter: d.id,
+                    source,
+                })?;
             let envelope = self
                 .dispatcher()
                 .registry()

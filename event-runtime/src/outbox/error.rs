@@ -107,6 +107,17 @@ pub enum OutboxError {
         #[source]
         source: event_core::DecodeError,
     },
+    /// [`Outbox::replay_inbox_dead_letters`](crate::Outbox::replay_inbox_dead_letters) with
+    /// schema validation on: an inbox dead letter's payload still does not match its JSON
+    /// Schema. Nothing was replayed.
+    #[error("dead letter {dead_letter} still does not match its JSON Schema; nothing was replayed")]
+    NotValid {
+        /// The dead letter's id.
+        dead_letter: i64,
+        /// The first violation.
+        #[source]
+        source: crate::schema::SchemaViolation,
+    },
     /// Some outcomes of deliveries could not be recorded (the database kept refusing them):
     /// those deliveries run again once the worker's lease lapses (at-least-once).
     #[error("some delivery outcomes could not be recorded; those deliveries run again once the lease lapses")]

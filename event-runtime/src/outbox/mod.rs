@@ -181,6 +181,13 @@ impl OutboxBuilder {
         self
     }
 
+    /// Validates the envelopes this outbox's inbox receives against their JSON Schema (see
+    /// [`DispatcherBuilder::validate_schemas`]). Off by default.
+    pub fn validate_schemas(mut self, on: bool) -> Self {
+        self.dispatcher = self.dispatcher.validate_schemas(on);
+        self
+    }
+
     /// Provides a resource to handlers (see [`DispatcherBuilder::resource`]).
     pub fn resource<T: Send + Sync + 'static>(mut self, value: T) -> Self {
         self.dispatcher = self.dispatcher.resource(value);

@@ -38,6 +38,12 @@ pub enum DeadLetterReason {
     /// whose gap an operator accepted (`events inbox gaps accept`): the events after it were
     /// handled without it. A replay delivers it, out of order.
     Late,
+    /// `invalid`: a received envelope whose payload does not match the JSON Schema of its
+    /// (name, version), with schema validation on
+    /// ([`DispatcherBuilder::validate_schemas`](crate::DispatcherBuilder::validate_schemas));
+    /// the error names the JSON pointer of the first violation. Replay after a deploy whose
+    /// schema accepts it, or purge it and have the producer send it again.
+    Invalid,
     /// A reason this version does not know.
     Other(String),
 }
@@ -54,6 +60,7 @@ impl DeadLetterReason {
             DeadLetterReason::Unrecordable => "unrecordable",
             DeadLetterReason::Conflict => "conflict",
             DeadLetterReason::Late => "late",
+            DeadLetterReason::Invalid => "invalid",
             DeadLetterReason::Other(s) => s,
         }
     }
@@ -72,6 +79,7 @@ impl FromStr for DeadLetterReason {
             "unrecordable" => DeadLetterReason::Unrecordable,
             "conflict" => DeadLetterReason::Conflict,
             "late" => DeadLetterReason::Late,
+            "invalid" => DeadLetterReason::Invalid,
             other => DeadLetterReason::Other(other.to_owned()),
         })
     }
