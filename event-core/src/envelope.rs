@@ -394,11 +394,11 @@ impl<E> Envelope<E> {
 }
 
 fn decode_payload<E: DomainEvent>(raw: &RawEnvelope) -> Result<E, DecodeError> {
-    let payload = |source| DecodeError::Payload {
+    let payload = |source: serde_json::Error| DecodeError::Payload {
         name: raw.name.clone(),
         version: raw.version,
         event_id: raw.meta.id,
-        source,
+        source: source.into(),
     };
     if !E::DENY_UNKNOWN_FIELDS {
         return serde_json::from_str::<E>(raw.data.get()).map_err(payload);
@@ -497,13 +497,13 @@ impl RawEnvelope {
     /// or malformed, or `specversion` is not `"1.0"`. The message carries serde's line and
     /// column.
     pub fn from_json(json: &str) -> Result<Self, DecodeError> {
-        serde_json::from_str(json).map_err(DecodeError::Envelope)
+        serde_json::from_str(json).map_err(|e| DecodeError::Envelope(crate::JsonError::verbatim(e)))
     }
 
     /// Parses a CloudEvents structured JSON event from bytes. Errors as [`Self::from_json`],
     /// plus invalid UTF-8.
     pub fn from_slice(json: &[u8]) -> Result<Self, DecodeError> {
-        serde_json::from_slice(json).map_err(DecodeError::Envelope)
+        serde_json::from_slice(json).map_err(|e| DecodeError::Envelope(crate::JsonError::verbatim(e)))
     }
 
     /// The CloudEvents structured JSON text.

@@ -10,10 +10,10 @@ use uuid::Uuid;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum DecodeError {
-    /// The text is not a CloudEvents 1.0 structured JSON event (the source, serde's error,
-    /// has the line and column).
+    /// The text is not a CloudEvents 1.0 structured JSON event (the source, serde's error
+    /// with the input's values withheld, has the line and column).
     #[error("malformed event envelope")]
-    Envelope(#[source] serde_json::Error),
+    Envelope(#[source] crate::JsonError),
     /// No registered event type has this name.
     #[error(
         "unknown event type `{name}` (version {version}): no event with this name is registered"
@@ -55,9 +55,10 @@ pub enum DecodeError {
         version: u32,
         /// The event id.
         event_id: Uuid,
-        /// serde's error: names the field and the position.
+        /// serde's error, values withheld ([`JsonError`](crate::JsonError)): names the field
+        /// and the position.
         #[source]
-        source: serde_json::Error,
+        source: crate::JsonError,
     },
     /// The payload has a field the event type does not declare, and the type is declared with
     /// `#[event(deny_unknown_fields)]`. (Without it, unknown fields are ignored.)
@@ -377,7 +378,7 @@ mod tests {
             name: "order.placed".into(),
             version: 1,
             event_id: uuid::Uuid::nil(),
-            source: serde_json::from_str::<u32>("\"seven\"").unwrap_err(),
+            source: serde_json::from_str::<u32>("\"seven\"").unwrap_err().into(),
         };
         assert_says_its_level_only(&e);
     }

@@ -113,6 +113,7 @@ mod envelope;
 mod error;
 mod event;
 mod handler;
+mod json_error;
 mod recorder;
 mod union;
 mod upcast;
@@ -128,6 +129,7 @@ pub use handler::{
     HandlerContext, HandlerDescriptor, HandlerEvent, HandlerFuture, IntoHandlerResult, Resource,
     ResourceDescriptor,
 };
+pub use json_error::JsonError;
 pub use recorder::EventRecorder;
 pub use upcast::Upcaster;
 

@@ -184,7 +184,8 @@ fn malformed_envelopes_are_errors_that_say_what_is_wrong() {
                 v["data"]["big"] = json!("many");
                 v
             },
-            "invalid type: string \"many\"",
+            // A payload's values are withheld from its decode error.
+            "invalid type: string (value withheld), expected u64",
         ),
     ];
     for (value, expected) in cases {
