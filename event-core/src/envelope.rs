@@ -467,7 +467,9 @@ fn decode_payload<E: DomainEvent>(raw: &RawEnvelope) -> Result<E, DecodeError> {
 /// producer write such fields as strings, with serde's `#[serde(with = …)]` or
 /// `serde_with::DisplayFromStr`, which every consumer reads exactly — a change of the field's
 /// type, so a new event version.
-#[derive(Clone, Debug)]
+///
+/// Its `Debug` prints the payload's size, never its text (payloads stay out of logs).
+#[derive(Clone)]
 pub struct RawEnvelope {
     /// The metadata.
     pub meta: Metadata,
@@ -477,6 +479,17 @@ pub struct RawEnvelope {
     pub version: u32,
     /// The payload as JSON text.
     pub data: Box<RawValue>,
+}
+
+impl fmt::Debug for RawEnvelope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RawEnvelope")
+            .field("meta", &self.meta)
+            .field("name", &self.name)
+            .field("version", &self.version)
+            .field("data", &format_args!("({} bytes of JSON)", self.data.get().len()))
+            .finish()
+    }
 }
 
 impl PartialEq for RawEnvelope {

@@ -73,6 +73,13 @@ pub trait DomainEvent: Serialize + DeserializeOwned + Send + Sync + 'static {
     /// ([`DecodeError::UnknownField`]) rather than ignored: `#[event(deny_unknown_fields)]`.
     /// `false` by default, so that a consumer keeps decoding what a newer producer sends.
     const DENY_UNKNOWN_FIELDS: bool = false;
+
+    /// The JSON names of the payload fields marked `#[event(sensitive)]` (serde's names, after
+    /// `rename`/`rename_all`): personal or secret values the runtime masks wherever it prints
+    /// an envelope (`events dlq show --payload`, logs) and that the schema catalog marks
+    /// `"x-sensitive": true`. Empty by default. Top-level fields only: a nested value is masked
+    /// whole.
+    const SENSITIVE_FIELDS: &'static [&'static str] = &[];
 }
 
 /// Everything the runtime needs to know about one event type, without knowing the type.
@@ -99,6 +106,8 @@ pub struct EventDescriptor {
     pub upcast_from: Option<Upcaster>,
     /// [`DomainEvent::DENY_UNKNOWN_FIELDS`].
     pub deny_unknown_fields: bool,
+    /// [`DomainEvent::SENSITIVE_FIELDS`].
+    pub sensitive_fields: &'static [&'static str],
 }
 
 impl EventDescriptor {
@@ -114,6 +123,7 @@ impl EventDescriptor {
             schema: E::json_schema,
             upcast_from: E::UPCAST_FROM,
             deny_unknown_fields: E::DENY_UNKNOWN_FIELDS,
+            sensitive_fields: E::SENSITIVE_FIELDS,
         }
     }
 }
@@ -127,6 +137,7 @@ impl fmt::Debug for EventDescriptor {
             .field("type_name", &self.type_name)
             .field("upcast_from", &self.upcast_from)
             .field("deny_unknown_fields", &self.deny_unknown_fields)
+            .field("sensitive_fields", &self.sensitive_fields)
             .finish()
     }
 }

@@ -15,6 +15,8 @@ pub(crate) struct Event<'a> {
     /// `true` for a struct with named fields, the only shape an event can have.
     pub(crate) named: bool,
     pub(crate) fields: Vec<Field<'a>>,
+    /// `#[serde(rename_all = "…")]` on the struct.
+    pub(crate) rename_all: attr::SerdeName,
 }
 
 pub(crate) struct Field<'a> {
@@ -22,6 +24,10 @@ pub(crate) struct Field<'a> {
     pub(crate) ty: &'a Type,
     /// The `aggregate_id` key of `#[event(aggregate_id)]`, when the field has it.
     pub(crate) aggregate_id: Option<Path>,
+    /// The `sensitive` key of `#[event(sensitive)]`, when the field has it.
+    pub(crate) sensitive: Option<Path>,
+    /// `#[serde(rename = "…")]` on the field, or a form of it the derive cannot follow.
+    pub(crate) serde: attr::SerdeName,
 }
 
 const SHAPE: &str = "domain events must be structs with named fields";
@@ -36,12 +42,14 @@ impl<'a> Event<'a> {
                 Fields::Named(named_fields) => {
                     named = true;
                     for field in &named_fields.named {
-                        let aggregate_id = attr::field_attrs(cx, &field.attrs);
+                        let keys = attr::field_attrs(cx, &field.attrs);
                         if let Some(ident) = &field.ident {
                             fields.push(Field {
                                 ident,
                                 ty: &field.ty,
-                                aggregate_id,
+                                aggregate_id: keys.aggregate_id,
+                                sensitive: keys.sensitive,
+                                serde: attr::serde_name(&field.attrs, "rename"),
                             });
                         }
                     }
@@ -83,6 +91,7 @@ impl<'a> Event<'a> {
             attrs,
             named,
             fields,
+            rename_all: attr::serde_name(&input.attrs, "rename_all"),
         }
     }
 }

@@ -132,11 +132,19 @@ pub(crate) fn event_attrs(cx: &Ctxt, attrs: &[Attribute]) -> EventAttrs {
     }
 }
 
-/// `#[event(...)]` on a field: the path of its `aggregate_id` key when it has one.
-pub(crate) fn field_attrs(cx: &Ctxt, attrs: &[Attribute]) -> Option<Path> {
+/// `#[event(...)]` on a field: the paths of its keys, when given.
+#[derive(Default)]
+pub(crate) struct FieldAttrs {
+    pub(crate) aggregate_id: Option<Path>,
+    /// `sensitive`: the field's value is masked wherever the runtime prints an envelope.
+    pub(crate) sensitive: Option<Path>,
+}
+
+pub(crate) fn field_attrs(cx: &Ctxt, attrs: &[Attribute]) -> FieldAttrs {
     let mut aggregate_id = Attr::none(cx, "aggregate_id");
+    let mut sensitive = Attr::none(cx, "sensitive");
     for attr in attrs.iter().filter(|attr| attr.path().is_ident("event")) {
-        if !require_list(cx, attr, "#[event(aggregate_id)]") {
+        if !require_list(cx, attr, "#[event(aggregate_id)]` or `#[event(sensitive)]") {
             continue;
         }
         let parsed = attr.parse_nested_meta(|meta| {
@@ -144,8 +152,11 @@ pub(crate) fn field_attrs(cx: &Ctxt, attrs: &[Attribute]) -> Option<Path> {
                 // `aggregate_id = …` is reported, and the field still counts as marked.
                 flag(cx, &meta, "aggregate_id")?;
                 aggregate_id.set(&meta.path, Some(meta.path.clone()));
+            } else if meta.path.is_ident("sensitive") {
+                flag(cx, &meta, "sensitive")?;
+                sensitive.set(&meta.path, Some(meta.path.clone()));
             } else {
-                unknown_key(cx, &meta, "only `aggregate_id`", "field")?;
+                unknown_key(cx, &meta, "`aggregate_id` or `sensitive`", "field")?;
             }
             Ok(())
         });
@@ -153,7 +164,50 @@ pub(crate) fn field_attrs(cx: &Ctxt, attrs: &[Attribute]) -> Option<Path> {
             cx.syn_error(error);
         }
     }
-    aggregate_id.get()
+    FieldAttrs {
+        aggregate_id: aggregate_id.get(),
+        sensitive: sensitive.get(),
+    }
+}
+
+/// What `#[serde(...)]` says of a name: `rename = "…"` (on a field) or `rename_all = "…"` (on
+/// the struct), with the tokens of an unsupported form (`rename(serialize = …)`, `flatten`).
+#[derive(Default)]
+pub(crate) struct SerdeName {
+    pub(crate) rename: Option<LitStr>,
+    /// A form the macro cannot follow, with its tokens for the error.
+    pub(crate) unsupported: Option<TokenStream>,
+}
+
+/// Reads `key = "…"` (and notes `key(…)` or `flatten`) out of `#[serde(...)]`. Never reports:
+/// serde's own derive judges its attribute.
+pub(crate) fn serde_name(attrs: &[Attribute], key: &str) -> SerdeName {
+    let mut out = SerdeName::default();
+    for attr in attrs.iter().filter(|attr| attr.path().is_ident("serde")) {
+        let _ = attr.parse_nested_meta(|meta| {
+            if meta.path.is_ident(key) {
+                if meta.input.peek(Token![=]) {
+                    if let Ok(Expr::Lit(ExprLit {
+                        lit: Lit::Str(lit), ..
+                    })) = meta.value()?.parse::<Expr>()
+                    {
+                        out.rename = Some(lit);
+                    }
+                } else {
+                    let rest = meta.input.parse::<TokenTree>()?;
+                    out.unsupported = Some(quote::quote!(#rest));
+                }
+            } else if meta.path.is_ident("flatten") && key == "rename" {
+                out.unsupported = Some(meta.path.to_token_stream());
+            } else if meta.input.peek(Token![=]) {
+                meta.value()?.parse::<Expr>()?;
+            } else if meta.input.peek(syn::token::Paren) {
+                meta.input.parse::<TokenTree>()?;
+            }
+            Ok(())
+        });
+    }
+    out
 }
 
 /// The arguments of `#[event_handler(...)]`.

@@ -18,6 +18,8 @@ pub(crate) struct EventSpec<'a> {
     /// The previous version, to upcast from.
     pub(crate) upcast_from: Option<&'a Type>,
     pub(crate) deny_unknown_fields: bool,
+    /// The JSON names of the fields marked `#[event(sensitive)]`, in declaration order.
+    pub(crate) sensitive: Vec<String>,
     /// The type has no generics, so an impl (real or stub) can be written for it.
     pub(crate) concrete: bool,
 }
@@ -152,11 +154,14 @@ pub(crate) fn event<'a>(cx: &Ctxt, event: &'a Event<'a>) -> EventSpec<'a> {
         );
     }
 
+    let sensitive = sensitive_fields(cx, event);
+
     EventSpec {
         name,
         version,
         aggregate_type,
         aggregate_id,
+        sensitive,
         upcast_from: attrs.upcast_from.as_ref(),
         deny_unknown_fields: attrs.deny_unknown_fields.is_some(),
         concrete,
@@ -484,4 +489,91 @@ pub(crate) fn tokens_text(tokens: &impl ToTokens) -> String {
         .replace(" >", ">")
         .replace(" ,", ",")
         .replace("& ", "&")
+}
+
+/// The JSON names of the fields marked `#[event(sensitive)]`: serde's names, after
+/// `#[serde(rename = "…")]` or the struct's `#[serde(rename_all = "…")]`.
+fn sensitive_fields(cx: &Ctxt, event: &Event) -> Vec<String> {
+    let mut names = Vec::new();
+    for field in &event.fields {
+        let Some(key) = &field.sensitive else {
+            continue;
+        };
+        if field.aggregate_id.is_some() {
+            cx.error_spanned_by(
+                key,
+                "the aggregate id cannot be `sensitive`: it is the envelope's CloudEvents \
+                 `subject`, in every log line, span and broker subject; identify \
+                 the aggregate by an opaque id (a UUID) and keep the personal value in a \
+                 sensitive field",
+            );
+            continue;
+        }
+        if let Some(tokens) = field.serde.unsupported.as_ref() {
+            cx.error_spanned_by(
+                tokens,
+                "`#[event(sensitive)]` follows `#[serde(rename = \"…\")]` and the struct's \
+                 `#[serde(rename_all = \"…\")]`, not this form: give the field one name for \
+                 both directions, or leave it unmarked",
+            );
+            continue;
+        }
+        let name = match &field.serde.rename {
+            Some(lit) => lit.value(),
+            None => {
+                let ident = field.ident.to_string();
+                let ident = ident.strip_prefix("r#").unwrap_or(&ident).to_owned();
+                match (&event.rename_all.rename, &event.rename_all.unsupported) {
+                    (_, Some(tokens)) => {
+                        cx.error_spanned_by(
+                            tokens,
+                            "`#[event(sensitive)]` follows `#[serde(rename_all = \"…\")]`, not \
+                             this form: use one rule for both directions",
+                        );
+                        continue;
+                    }
+                    (Some(rule), None) => rename_field(&ident, &rule.value()),
+                    (None, None) => ident,
+                }
+            }
+        };
+        names.push(name);
+    }
+    names
+}
+
+/// serde's `rename_all` rule applied to a snake_case field name (serde_derive's
+/// `RenameRule::apply_to_field`); an unknown rule, which serde reports, leaves it as is.
+fn rename_field(field: &str, rule: &str) -> String {
+    let pascal = || {
+        let mut out = String::new();
+        let mut upper = true;
+        for c in field.chars() {
+            if c == '_' {
+                upper = true;
+            } else if upper {
+                out.extend(c.to_uppercase());
+                upper = false;
+            } else {
+                out.push(c);
+            }
+        }
+        out
+    };
+    match rule {
+        "lowercase" => field.to_ascii_lowercase(),
+        "UPPERCASE" | "SCREAMING_SNAKE_CASE" => field.to_ascii_uppercase(),
+        "PascalCase" => pascal(),
+        "camelCase" => {
+            let p = pascal();
+            let mut chars = p.chars();
+            match chars.next() {
+                Some(first) => first.to_lowercase().chain(chars).collect(),
+                None => p,
+            }
+        }
+        "kebab-case" => field.replace('_', "-"),
+        "SCREAMING-KEBAB-CASE" => field.to_ascii_uppercase().replace('_', "-"),
+        _ => field.to_owned(),
+    }
 }

@@ -101,6 +101,12 @@ fn event_impl(event: &Event, spec: &EventSpec, register: bool) -> TokenStream {
             const DENY_UNKNOWN_FIELDS: bool = true;
         )
     });
+    let sensitive = (!spec.sensitive.is_empty()).then(|| {
+        let names = &spec.sensitive;
+        quote!(
+            const SENSITIVE_FIELDS: &'static [&'static str] = &[#(#names),*];
+        )
+    });
     let registration = register.then(|| {
         quote! {
             _event_core::__private::inventory::submit! {
@@ -137,6 +143,7 @@ fn event_impl(event: &Event, spec: &EventSpec, register: bool) -> TokenStream {
                 }
                 #upcast_from
                 #deny_unknown_fields
+                #sensitive
             }
 
             #upcast

@@ -93,6 +93,28 @@ mod union;
 /// gap in a chain, two upcasts from one version, and a handler of an older version than the
 /// newest registered (see `event_core::Upcaster`).
 ///
+/// # Sensitive fields
+///
+/// `#[event(sensitive)]` on a field marks a personal or secret value (an e-mail, a card
+/// number). The runtime masks it as `"***"` wherever it prints an envelope (`events dlq show
+/// --payload`), the schema catalog marks its property `"x-sensitive": true`, and each outbox
+/// records it in the database's `event_catalog` table so that the standalone `events` tool,
+/// which knows no types, masks it too. Its name is serde's (`#[serde(rename = "…")]`, the
+/// struct's `rename_all`); a `rename(serialize = …, deserialize = …)` pair is refused, and so
+/// is the aggregate id (it is the envelope's `subject`, in every log line). It changes nothing
+/// on the wire: the payload still carries the value; whoever reads the store reads it.
+///
+/// ```rust,ignore
+/// #[derive(Serialize, Deserialize, DomainEvent)]
+/// #[event(name = "customer.registered")]
+/// pub struct CustomerRegistered {
+///     #[event(aggregate_id)]
+///     pub customer_id: String,
+///     #[event(sensitive)]
+///     pub email: String,
+/// }
+/// ```
+///
 /// # Unknown fields
 ///
 /// By default a payload field the type does not declare is ignored, so that a consumer keeps
@@ -118,7 +140,7 @@ mod union;
 ///
 /// Also rejected: a missing `name`, `version = 0`, a version that is not an integer literal,
 /// unknown and duplicate keys, no or two `#[event(aggregate_id)]` fields, any key but
-/// `aggregate_id` on a field, an `aggregate_id` field whose type is not `Display` (at the
+/// `aggregate_id` and `sensitive` on a field, a `sensitive` aggregate id, an `aggregate_id` field whose type is not `Display` (at the
 /// type), enums, unions, tuple and unit structs, generics. A type without serde's traits is
 /// reported at its name:
 ///

@@ -1,0 +1,43 @@
+use event_core::DomainEvent;
+use serde::{Deserialize, Serialize};
+
+#[derive(Serialize, Deserialize, DomainEvent)]
+#[event(name = "customer.registered")]
+struct Registered {
+    #[event(aggregate_id)]
+    customer_id: String,
+    #[event(sensitive)]
+    email: String,
+    #[event(sensitive)]
+    #[serde(rename = "fullName")]
+    full_name: String,
+    #[event(sensitive)]
+    r#type: String,
+    country: String,
+}
+
+#[derive(Serialize, Deserialize, DomainEvent)]
+#[serde(rename_all = "camelCase")]
+#[event(name = "customer.moved")]
+struct Moved {
+    #[event(aggregate_id)]
+    customer_id: String,
+    #[event(sensitive)]
+    street_address: String,
+    #[serde(rename = "zip")]
+    #[event(sensitive)]
+    postal_code: String,
+}
+
+#[derive(Serialize, Deserialize, DomainEvent)]
+#[event(name = "customer.seen")]
+struct Seen {
+    #[event(aggregate_id)]
+    customer_id: String,
+}
+
+fn main() {
+    assert_eq!(Registered::SENSITIVE_FIELDS, ["email", "fullName", "type"]);
+    assert_eq!(Moved::SENSITIVE_FIELDS, ["streetAddress", "zip"]);
+    assert!(Seen::SENSITIVE_FIELDS.is_empty());
+}
