@@ -276,6 +276,7 @@ pub mod cli;
 mod dispatch;
 pub mod inbox;
 mod outbox;
+pub mod privacy;
 pub mod schema;
 pub mod store;
 mod telemetry;
@@ -299,7 +300,7 @@ pub use outbox::{
     OutboxUnitOfWork, PurgeReport, Routing, SystemClock, Workers, MAX_ERROR_BYTES, MIN_LEASE,
 };
 pub use store::{
-    AuditEntry, Backlog, ConnectOptions, DatabaseError, DeadLetter, DeadLetterFilter,
+    AuditEntry, Backlog, CatalogRecord, ConnectOptions, DatabaseError, DeadLetter, DeadLetterFilter,
     DeadLetterReason, DestinationBacklog, DestinationReport, FromSql, GroupMember, GroupView,
     HandlerStats, InboxIdentity, OutboxStats, PartitionLease, PausedDestination, Query,
     RepublishReport, RepublishSelection, Resolution, Row, SqlValue, Store, StoreError, ToSql, Tx,

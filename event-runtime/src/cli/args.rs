@@ -76,13 +76,17 @@ pub(super) enum Command {
 pub(super) enum Dlq {
     /// List dead letters, oldest first
     List(ListArgs),
-    /// Show one dead letter: every field, the error chain and the original envelope
+    /// Show one dead letter: every field, the error chain and the original envelope (its
+    /// payload only with --payload)
     Show {
         /// Dead letter id
         id: i64,
         /// Print JSON
         #[arg(long)]
         json: bool,
+        /// Print the payload, with the fields marked sensitive masked as "***"
+        #[arg(long)]
+        payload: bool,
     },
     /// Deliver dead letters again: same event id, attempts reset, audited
     Replay(ResolveArgs),
@@ -110,6 +114,10 @@ pub(super) struct ListArgs {
     /// Print JSON
     #[arg(long)]
     pub(super) json: bool,
+    /// With --json: keep each envelope's payload, with the fields marked sensitive masked
+    /// as "***" (without it, `data` is "***")
+    #[arg(long, requires = "json")]
+    pub(super) payload: bool,
     /// Only this handler
     #[arg(long, value_name = "H")]
     pub(super) handler: Option<String>,

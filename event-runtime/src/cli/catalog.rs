@@ -39,7 +39,7 @@ pub(super) fn print_catalog(
                 .filter(|h| h.events.iter().any(|d| (d().type_id)() == (e.type_id)()))
                 .map(|h| h.name)
                 .collect(),
-            schema: (e.schema)().unwrap_or(serde_json::Value::Null),
+            schema: crate::privacy::schema_of(e).unwrap_or(serde_json::Value::Null),
         })
         .collect();
     entries.sort_by(|a, b| (a.name, a.version).cmp(&(b.name, b.version)));

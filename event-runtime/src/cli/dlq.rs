@@ -6,6 +6,8 @@ use std::fmt::Write as _;
 use crate::store::{DeadLetter, DeadLetterFilter, Store};
 
 use super::args::ListArgs;
+use crate::privacy::Masking;
+
 use super::format::{count, one_line, print_json, time, time_ms, truncate, Table};
 use super::{App, CliError, Io};
 
@@ -33,11 +35,15 @@ pub(super) async fn list(
         limit: args.limit,
         ..DeadLetterFilter::default()
     };
-    let letters = store.dead_letters(&filter).await?;
+    let mut letters = store.dead_letters(&filter).await?;
     if letters.is_empty() {
         check_names(store, app, args.handler.as_deref(), args.event.as_deref()).await?;
     }
     if args.json {
+        let masking = masking(store, app, args.payload).await?;
+        for d in &mut letters {
+            d.envelope = masking.print(&d.envelope, args.payload).text;
+        }
         return print_json(&letters, io);
     }
     let what = if args.all {
@@ -214,17 +220,42 @@ pub(super) async fn check_names(
     Ok(())
 }
 
+/// What masks the payloads this command prints: the application's registry (embedded) over
+/// the database's catalog (what each service recorded). Reads the catalog only when payloads
+/// are printed.
+async fn masking(store: &Store, app: &App<'_>, payload: bool) -> Result<Masking, CliError> {
+    let mut masking = Masking::default();
+    if payload {
+        masking.add_records(&store.catalog().await?);
+        if let Some(registry) = app.registry {
+            masking.add_descriptors(registry.events());
+        }
+    }
+    Ok(masking)
+}
+
 pub(super) async fn show(
     store: &Store,
+    app: &App<'_>,
     id: i64,
     json: bool,
+    payload: bool,
     io: &mut Io<'_>,
 ) -> Result<(), CliError> {
-    let d = store
+    let mut d = store
         .dead_letter_by_id(id)
         .await?
         .ok_or_else(|| CliError::NotFound(vec![id]))?;
+    let printed = masking(store, app, payload).await?.print(&d.envelope, payload);
+    if payload && !printed.known {
+        writeln!(
+            io.err,
+            "warning: {} v{} is in no catalog (this tool's types, or a service's `event_catalog` rows): no field of it is masked",
+            d.event_name, d.event_version
+        )?;
+    }
     if json {
+        d.envelope = printed.text;
         return print_json(&d, io);
     }
     let mut s = String::new();
@@ -284,8 +315,18 @@ pub(super) async fn show(
         let label = if i == 0 { "error" } else { "caused by" };
         let _ = writeln!(s, "  {label}: {e}");
     }
-    let _ = writeln!(s, "envelope:");
-    let pretty = serde_json::from_str::<serde_json::Value>(&d.envelope)
+    let note = if printed.withheld {
+        format!(
+            " (payload withheld: `dlq show {} --payload` prints it, sensitive fields masked)",
+            d.id
+        )
+    } else if printed.masked > 0 {
+        format!(" ({} sensitive fields masked)", printed.masked)
+    } else {
+        String::new()
+    };
+    let _ = writeln!(s, "envelope:{note}");
+    let pretty = serde_json::from_str::<serde_json::Value>(&printed.text)
         .ok()
         .and_then(|v| serde_json::to_string_pretty(&v).ok());
     match pretty {
@@ -294,9 +335,9 @@ pub(super) async fn show(
                 let _ = writeln!(s, "  {line}");
             }
         }
-        // Not JSON (a foreign or corrupted row): show it as stored.
+        // Not JSON (a foreign or corrupted row): as stored, with --payload only.
         None => {
-            let _ = writeln!(s, "  {}", d.envelope);
+            let _ = writeln!(s, "  {}", printed.text);
         }
     }
     io.out.write_all(s.as_bytes())?;

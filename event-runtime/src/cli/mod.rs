@@ -7,7 +7,7 @@
 //! events [--database URL] [--schema NAME] [--connect-timeout SECS] <command>
 //!
 //!   dlq list   [--json] [--handler H] [--event NAME] [--since T] [--until T] [--all] [--limit N]
-//!   dlq show   ID [--json]
+//!   dlq show   ID [--json] [--payload]
 //!   dlq replay (ID... | --all | --handler H | --event NAME) --reason TEXT [--actor WHO] [--yes]
 //!   dlq purge  (ID... | --all | --handler H | --event NAME) --reason TEXT [--actor WHO] [--yes]
 //!   dlq resume AUDIT_ID
@@ -48,12 +48,21 @@
 //!   (`2026-01-31`, midnight UTC); `--since` is inclusive, `--until` exclusive.
 //! - `dlq list` shows open dead letters (`--all` adds replayed and purged ones), oldest first.
 //!   `--limit N` (1 or more) shows the first N and says "showing N of M" when there are more.
-//!   `--json` prints [`DeadLetter`]s; the `envelope` field is the original envelope text,
-//!   byte for byte (`jq '.[].envelope | fromjson'`). Its LAST ERROR column is the error
-//!   chain on one line, each cause once, without the row's own event id (the EVENT ID column
-//!   has it), cut to 100 characters. `dlq show` prints every field, the error chain whole,
-//!   the envelope, and for an inbox dead letter (a received message the inbox could not
-//!   accept) where it came from: stream, stream sequence, subject and delivery count.
+//!   `--json` prints [`DeadLetter`]s; the `envelope` field is the original envelope text
+//!   (`jq '.[].envelope | fromjson'`) with its payload withheld (`"data": "***"`) unless
+//!   `--payload` is given too. Its LAST ERROR column is the error chain on one line, each
+//!   cause once, without the row's own event id (the EVENT ID column has it), cut to 100
+//!   characters. `dlq show` prints every field, the error chain whole, the envelope's
+//!   attributes, and for an inbox dead letter (a received message the inbox could not accept)
+//!   where it came from: stream, stream sequence, subject and delivery count.
+//! - Payloads are private: `dlq show` and `dlq list --json` print an envelope's `data` only
+//!   with `--payload`, and then with each field its event type marks `#[event(sensitive)]`
+//!   masked as `"***"`. The standalone tool learns those fields from the database's
+//!   `event_catalog` table, which each service's outbox records when its workers start
+//!   ([`Outbox::record_catalog`](crate::Outbox::record_catalog)); an embedded tool knows its
+//!   own types too. An event type in neither is printed whole, with a warning on standard
+//!   error. Decode errors in the error chain never quote payload values
+//!   ([`event_core::JsonError`]).
 //! - In `dlq list`, `replay` and `purge`, a `--handler` or `--event` that matches nothing and
 //!   that nothing knows is an error that lists the names with open dead letters, so that a
 //!   typo fails instead of reporting an empty queue. A handler is known when a delivery or a
@@ -640,8 +649,8 @@ async fn execute_io(cli: Cli, app: App<'_>, io: &mut Io<'_>) -> Result<(), CliEr
     };
     match cli.command {
         Command::Dlq(Dlq::List(args)) => dlq::list(&target.connect().await?, &app, args, io).await,
-        Command::Dlq(Dlq::Show { id, json }) => {
-            dlq::show(&target.connect().await?, id, json, io).await
+        Command::Dlq(Dlq::Show { id, json, payload }) => {
+            dlq::show(&target.connect().await?, &app, id, json, payload, io).await
         }
         Command::Dlq(Dlq::Replay(args)) => {
             resolve::resolve(&target, &app, Resolution::Replay, args, io).await

@@ -462,6 +462,27 @@ impl Outbox {
         &self.inner.config
     }
 
+    /// Records this outbox's event types in the database's catalog ([`Store::record_catalog`]):
+    /// their schemas and the fields marked `#[event(sensitive)]`, which the standalone `events`
+    /// tool masks by. The workers of [`spawn_workers`](Self::spawn_workers) do it when they
+    /// start; call it yourself when you run none.
+    ///
+    /// # Errors
+    /// [`OutboxError::Store`] when the database refuses it.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: one transaction; dropped before its COMMIT, nothing is recorded.
+    pub async fn record_catalog(&self) -> Result<(), OutboxError> {
+        let records: Vec<_> = self
+            .dispatcher()
+            .registry()
+            .events()
+            .iter()
+            .map(crate::privacy::record_of)
+            .collect();
+        Ok(self.inner.store.record_catalog(&records).await?)
+    }
+
     /// The destinations this outbox delivers to: its after-commit handlers and its
     /// transports' destinations, by name.
     pub fn destinations(&self) -> &[String] {

@@ -35,7 +35,7 @@ impl Catalog {
                 name: e.name.to_owned(),
                 version: e.version,
                 rust_type: e.type_name.to_owned(),
-                schema: (e.schema)().unwrap_or(serde_json::Value::Null),
+                schema: crate::privacy::schema_of(e).unwrap_or(serde_json::Value::Null),
             })
             .collect();
         events.sort_by(|a, b| (&a.name, a.version).cmp(&(&b.name, b.version)));

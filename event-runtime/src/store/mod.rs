@@ -56,7 +56,7 @@ pub use republish::RepublishReport;
 pub use resolve::RESOLVE_PAGE;
 pub use tx::{SqlValue, Tx};
 pub use types::{
-    AuditEntry, Backlog, DeadLetter, DeadLetterCount, DeadLetterFilter, DeadLetterReason,
+    AuditEntry, Backlog, CatalogRecord, DeadLetter, DeadLetterCount, DeadLetterFilter, DeadLetterReason,
     DestinationBacklog, DestinationReport, HandlerStats, OutboxStats, PausedDestination,
     Resolution,
 };
@@ -205,6 +205,7 @@ fn backend_for(url: &str) -> Result<&'static BackendEntry, StoreError> {
 /// | `event_relay_chain` | (relay, aggregate) | the last sequence the relay published and the predecessor it named (`prevsequence`), `published_at` |
 /// | `event_inbox_chain` | place of a received aggregate's chain | aggregate, `sequence`, `previous`, `state` (`released`, `held`, `dead`, `skipped`), `event_id` |
 /// | `event_inbox_chain_aggregates` | received aggregate | locked by each commit that links its events; `last_at` (retention) |
+/// | `event_catalog` | (event name, version) a service on this database knows | `rust_type`, `sensitive` (JSON array of the payload fields marked `#[event(sensitive)]`), `schema` (with `x-sensitive`), `recorded_at` ([`CatalogRecord`]) |
 /// | `event_inbox_gaps` | gap (a held event whose predecessor did not come within `gap_after`) | aggregate, `missing_sequence`, the waiting event, `dead_letter_id`, `closed_at` / `resolution` (`arrived`, `accepted`), `audit_id` |
 ///
 /// Cheap to clone (an `Arc`).
@@ -592,6 +593,32 @@ impl Store {
     /// Cancel safe: reads only.
     pub async fn paused_destinations(&self) -> Result<Vec<PausedDestination>, StoreError> {
         self.backend.paused(now_ms()).await
+    }
+
+    /// Records event types in the database's catalog (`event_catalog`), replacing what was
+    /// recorded for the same (name, version): what the standalone `events` tool, which knows
+    /// no types, masks by. [`Outbox::record_catalog`](crate::Outbox::record_catalog) records
+    /// an outbox's registry; the workers do it when they start.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: one transaction; dropped before its COMMIT, nothing is recorded.
+    pub async fn record_catalog(&self, entries: &[CatalogRecord]) -> Result<(), StoreError> {
+        self.backend.record_catalog(entries, now_ms()).await
+    }
+
+    /// The event types recorded in the database's catalog, by name then version; empty before
+    /// any outbox recorded its own, and on a backend without the catalog.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`]; [`StoreError::Corrupt`] for a row that does not read.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: reads only.
+    pub async fn catalog(&self) -> Result<Vec<CatalogRecord>, StoreError> {
+        self.backend.catalog().await
     }
 }
 

@@ -360,3 +360,44 @@ pub struct DestinationReport {
     /// destination already had a delivery of, purged instead of moved; 0 for a purge.
     pub duplicates: u64,
 }
+
+/// One event type in the database's catalog (`event_catalog`): recorded by a service's outbox
+/// ([`Store::record_catalog`](crate::Store::record_catalog)), read by the standalone `events`
+/// tool to mask what that service marks sensitive.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[non_exhaustive]
+pub struct CatalogRecord {
+    /// The event name.
+    pub name: String,
+    /// The event version.
+    pub version: u32,
+    /// The Rust type of the service that recorded it last.
+    pub rust_type: String,
+    /// The JSON names of the payload fields marked `#[event(sensitive)]`.
+    pub sensitive: Vec<String>,
+    /// The payload's JSON Schema, with `"x-sensitive": true` on those fields; `None` for a
+    /// type that does not derive `schemars::JsonSchema`.
+    pub schema: Option<serde_json::Value>,
+    /// When it was recorded; `None` before it is (a record to write).
+    pub recorded_at: Option<DateTime<Utc>>,
+}
+
+impl CatalogRecord {
+    /// A record of `name` v`version`, to write with [`Store::record_catalog`](crate::Store::record_catalog).
+    pub fn new(
+        name: impl Into<String>,
+        version: u32,
+        rust_type: impl Into<String>,
+        sensitive: Vec<String>,
+        schema: Option<serde_json::Value>,
+    ) -> Self {
+        CatalogRecord {
+            name: name.into(),
+            version,
+            rust_type: rust_type.into(),
+            sensitive,
+            schema,
+            recorded_at: None,
+        }
+    }
+}

@@ -35,7 +35,7 @@ use uuid::Uuid;
 
 use super::query::Row;
 use super::types::{
-    AuditEntry, Backlog, DeadLetter, DeadLetterCount, DeadLetterFilter, DestinationBacklog,
+    AuditEntry, Backlog, CatalogRecord, DeadLetter, DeadLetterCount, DeadLetterFilter, DestinationBacklog,
     OutboxStats, PausedDestination, Resolution,
 };
 use super::value::Datum;
@@ -163,6 +163,19 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// destination has no delivery to probe with (the breaker's pause is then lifted, in the
     /// same transaction); else [`ProbeClaim::Claimed`].
     async fn claim_probe(&self, req: &ProbeRequest<'_>) -> Result<ProbeClaim, StoreError>;
+
+    /// Records `entries` in the catalog table (`event_catalog`), each replacing the row of
+    /// its (name, version), at `now` (ms), in one transaction. Default: nothing (a backend
+    /// without the catalog; the standalone tool then knows no sensitive field).
+    async fn record_catalog(&self, entries: &[CatalogRecord], now: i64) -> Result<(), StoreError> {
+        let _ = (entries, now);
+        Ok(())
+    }
+
+    /// The catalog table, by name then version. Default: empty.
+    async fn catalog(&self) -> Result<Vec<CatalogRecord>, StoreError> {
+        Ok(Vec::new())
+    }
 
     /// One bounded step of the retention purge, in one short transaction: deletes up to
     /// `batch` deliveries completed before `cutoff`, then up to `batch` outbox rows recorded

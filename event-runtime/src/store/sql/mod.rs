@@ -9,6 +9,7 @@
 pub(crate) mod append;
 pub(crate) mod audit;
 pub(crate) mod breaker;
+pub(crate) mod catalog;
 pub(crate) mod chain;
 pub(crate) mod claim;
 pub(crate) mod dead_letters;

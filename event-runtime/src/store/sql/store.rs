@@ -20,7 +20,7 @@ use crate::store::backend::{
 };
 use crate::store::query::Row;
 use crate::store::types::{
-    AuditEntry, Backlog, DeadLetter, DeadLetterCount, DeadLetterFilter, OutboxStats,
+    AuditEntry, Backlog, CatalogRecord, DeadLetter, DeadLetterCount, DeadLetterFilter, OutboxStats,
     PausedDestination, Resolution,
 };
 use crate::store::value::Datum;
@@ -135,6 +135,14 @@ impl<D: Dialect> Backend for SqlStore<D> {
 
     async fn claim_probe(&self, req: &ProbeRequest<'_>) -> Result<ProbeClaim, StoreError> {
         super::breaker::claim_probe::<D>(&self.pool, req).await
+    }
+
+    async fn record_catalog(&self, entries: &[CatalogRecord], now: i64) -> Result<(), StoreError> {
+        super::catalog::record::<D>(&self.pool, entries, now).await
+    }
+
+    async fn catalog(&self) -> Result<Vec<CatalogRecord>, StoreError> {
+        super::catalog::read::<D>(&self.pool).await
     }
 
     async fn purge_completed(&self, cutoff: i64, batch: u32) -> Result<PurgeStep, StoreError> {

@@ -1,0 +1,138 @@
+//! Payloads stay private: the fields an event type marks `#[event(sensitive)]` and how the
+//! runtime masks them wherever it prints an envelope (`events dlq show --payload`), records
+//! them in the catalog (`"x-sensitive": true`, the `event_catalog` table the standalone tool
+//! reads), and the rule that nothing else prints a payload at all.
+//!
+//! What the runtime never writes to logs, span attributes or metric labels: payload values.
+//! Decode errors withhold the values serde quotes ([`event_core::JsonError`]); schema
+//! violations use `jsonschema`'s masked messages; envelopes are logged by id, name, version
+//! and aggregate only. A handler's own error messages are the application's: do not put
+//! payload values in them.
+
+use std::collections::HashMap;
+
+use event_core::EventDescriptor;
+use serde_json::Value;
+
+use crate::store::CatalogRecord;
+
+/// What a masked value is printed as.
+pub const MASK: &str = "***";
+
+/// The JSON Schema of `e` with `"x-sensitive": true` on each sensitive property; `None` for a
+/// type without a schema.
+pub(crate) fn schema_of(e: &EventDescriptor) -> Option<Value> {
+    let mut schema = (e.schema)()?;
+    if let Some(props) = schema.get_mut("properties").and_then(Value::as_object_mut) {
+        for field in e.sensitive_fields {
+            if let Some(Value::Object(p)) = props.get_mut(*field) {
+                p.insert("x-sensitive".into(), Value::Bool(true));
+            }
+        }
+    }
+    Some(schema)
+}
+
+/// The catalog record of `e`, to write to the database.
+pub(crate) fn record_of(e: &EventDescriptor) -> CatalogRecord {
+    CatalogRecord::new(
+        e.name,
+        e.version,
+        e.type_name,
+        e.sensitive_fields.iter().map(|f| (*f).to_owned()).collect(),
+        schema_of(e),
+    )
+}
+
+/// The sensitive fields of each (name, version) known, from a registry or from the database's
+/// catalog.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Masking {
+    by_event: HashMap<(String, u32), Vec<String>>,
+}
+
+/// An envelope as the tool prints it.
+pub(crate) struct Printed {
+    /// The envelope JSON with the payload withheld or its sensitive fields masked; the
+    /// original text when nothing was changed.
+    pub(crate) text: String,
+    /// Whether the payload was withheld whole.
+    pub(crate) withheld: bool,
+    /// How many fields were masked.
+    pub(crate) masked: usize,
+    /// Whether the event type is known (has a catalog entry) at all.
+    pub(crate) known: bool,
+}
+
+impl Masking {
+    /// Adds what `records` (the database's catalog) say.
+    pub(crate) fn add_records(&mut self, records: &[CatalogRecord]) {
+        for r in records {
+            self.by_event
+                .insert((r.name.clone(), r.version), r.sensitive.clone());
+        }
+    }
+
+    /// Adds the event types of a registry (over the database's records of the same type).
+    pub(crate) fn add_descriptors(&mut self, events: &[EventDescriptor]) {
+        for e in events {
+            self.by_event.insert(
+                (e.name.to_owned(), e.version),
+                e.sensitive_fields.iter().map(|f| (*f).to_owned()).collect(),
+            );
+        }
+    }
+
+    /// `envelope` (CloudEvents JSON, as stored) with its `data` replaced by [`MASK`] unless
+    /// `payload`, else with each sensitive field of its type's `data` masked.
+    pub(crate) fn print(&self, envelope: &str, payload: bool) -> Printed {
+        let Ok(Value::Object(mut map)) = serde_json::from_str::<Value>(envelope) else {
+            // Not an envelope (a foreign or corrupted row): all of it is withheld.
+            return Printed {
+                text: if payload {
+                    envelope.to_owned()
+                } else {
+                    format!("\"(not JSON: {} bytes withheld)\"", envelope.len())
+                },
+                withheld: !payload,
+                masked: 0,
+                known: false,
+            };
+        };
+        let key = (
+            map.get("type")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+            map.get("schemaversion")
+                .and_then(Value::as_u64)
+                .and_then(|v| u32::try_from(v).ok())
+                .unwrap_or(0),
+        );
+        let fields = self.by_event.get(&key);
+        let mut masked = 0;
+        if !payload {
+            if let Some(data) = map.get_mut("data") {
+                *data = Value::String(MASK.into());
+            }
+        } else if let Some(Value::Object(data)) = map.get_mut("data") {
+            for f in fields.into_iter().flatten() {
+                if let Some(v) = data.get_mut(f.as_str()) {
+                    *v = Value::String(MASK.into());
+                    masked += 1;
+                }
+            }
+        }
+        let text = if payload && masked == 0 {
+            envelope.to_owned()
+        } else {
+            Value::Object(map).to_string()
+        };
+        Printed {
+            text,
+            withheld: !payload,
+            masked,
+            known: fields.is_some(),
+        }
+    }
+}
