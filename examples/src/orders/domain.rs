@@ -35,7 +35,9 @@ pub struct OrderPlaced {
     /// The order id (`US-2019-103800`), also the aggregate id.
     #[event(aggregate_id)]
     pub order_id: String,
-    /// The customer the order belongs to (`DP-13000`).
+    /// The customer the order belongs to (`DP-13000`): personal data, masked wherever the
+    /// runtime prints an envelope.
+    #[event(sensitive)]
     pub customer_id: String,
     /// Market segment of the customer (`Consumer`, `Corporate`, `Home Office`).
     pub segment: String,
@@ -59,7 +61,9 @@ pub struct OrderPlacedV2 {
     /// The order id (`US-2019-103800`), also the aggregate id.
     #[event(aggregate_id)]
     pub order_id: String,
-    /// The customer the order belongs to (`DP-13000`).
+    /// The customer the order belongs to (`DP-13000`): personal data, masked wherever the
+    /// runtime prints an envelope.
+    #[event(sensitive)]
     pub customer_id: String,
     /// Market segment of the customer (`Consumer`, `Corporate`, `Home Office`).
     pub segment: String,
