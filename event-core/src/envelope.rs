@@ -487,7 +487,10 @@ impl fmt::Debug for RawEnvelope {
             .field("meta", &self.meta)
             .field("name", &self.name)
             .field("version", &self.version)
-            .field("data", &format_args!("({} bytes of JSON)", self.data.get().len()))
+            .field(
+                "data",
+                &format_args!("({} bytes of JSON)", self.data.get().len()),
+            )
             .finish()
     }
 }
@@ -516,7 +519,8 @@ impl RawEnvelope {
     /// Parses a CloudEvents structured JSON event from bytes. Errors as [`Self::from_json`],
     /// plus invalid UTF-8.
     pub fn from_slice(json: &[u8]) -> Result<Self, DecodeError> {
-        serde_json::from_slice(json).map_err(|e| DecodeError::Envelope(crate::JsonError::verbatim(e)))
+        serde_json::from_slice(json)
+            .map_err(|e| DecodeError::Envelope(crate::JsonError::verbatim(e)))
     }
 
     /// The CloudEvents structured JSON text.

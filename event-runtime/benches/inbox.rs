@@ -1,7 +1,8 @@
 //! `EVENTS_BENCH_NATS_URL=… EVENTS_BENCH_POSTGRES_URL=… cargo bench -p event-runtime --features
 //! nats,postgres --bench inbox`: consuming a partitioned stream (4 partitions, n = 10,000
 //! events of 1,000 aggregates, chained as a relay publishes them) into an outbox with a group
-//! of inbox instances — 1 and 2 of them, on PostgreSQL and on SQLite (`inbox_<store>_<N>`) —
+//! of inbox instances — 1 and 2 of them, on PostgreSQL and on SQLite (`inbox_<store>_<N>`;
+//! `…_validated`: one instance with schema validation on, `validate_schemas`) —
 //! against raw `async-nats` on the same stream, in one run: one durable pull consumer per
 //! partition, filtered, each batch's acks confirmed (`raw_partitions`: what the inbox does on
 //! the wire, without a database), and one durable pull consumer of the whole stream,
@@ -24,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use tokio::runtime::Runtime;
 use uuid::Uuid;
 
-#[derive(Debug, Clone, Serialize, Deserialize, DomainEvent)]
+#[derive(Debug, Clone, Serialize, Deserialize, DomainEvent, schemars::JsonSchema)]
 #[event(name = "bench.consumed", version = 1)]
 struct Consumed {
     #[event(aggregate_id)]
@@ -115,9 +116,10 @@ impl Db {
     }
 }
 
-fn consuming(store: Store) -> Outbox {
+fn consuming(store: Store, validate: bool) -> Outbox {
     Outbox::builder(store)
         .dispatcher(Dispatcher::builder_empty().event::<Consumed>())
+        .validate_schemas(validate)
         .build()
         .unwrap()
 }
@@ -130,6 +132,7 @@ async fn group_consume(
     prefix: &str,
     db: &Db,
     instances: usize,
+    validate: bool,
 ) -> Duration {
     let tag = Uuid::now_v7().simple().to_string();
     let durable = format!("b{tag}");
@@ -144,7 +147,7 @@ async fn group_consume(
     let start = Instant::now();
     let mut runs = Vec::new();
     for m in &members {
-        let outbox = consuming(made.open().await);
+        let outbox = consuming(made.open().await, validate);
         let group = NatsGroup::new(
             js,
             outbox,
@@ -283,11 +286,13 @@ fn bench(c: &mut Criterion) {
         .measurement_time(Duration::from_secs(20))
         .warm_up_time(Duration::from_secs(1))
         .throughput(Throughput::Elements(N as u64));
-    for (name, db, instances) in [
-        ("inbox_postgres_1", &postgres, 1),
-        ("inbox_postgres_2", &postgres, 2),
-        ("inbox_sqlite_1", &sqlite, 1),
-        ("inbox_sqlite_2", &sqlite, 2),
+    for (name, db, instances, validate) in [
+        ("inbox_postgres_1", &postgres, 1, false),
+        ("inbox_postgres_1_validated", &postgres, 1, true),
+        ("inbox_postgres_2", &postgres, 2, false),
+        ("inbox_sqlite_1", &sqlite, 1, false),
+        ("inbox_sqlite_1_validated", &sqlite, 1, true),
+        ("inbox_sqlite_2", &sqlite, 2, false),
     ] {
         g.bench_function(name, |b| {
             b.to_async(&rt).iter_custom(|iters| {
@@ -296,7 +301,7 @@ fn bench(c: &mut Criterion) {
                 async move {
                     let mut t = Duration::ZERO;
                     for _ in 0..iters {
-                        t += group_consume(&js, &stream, &prefix, &db, instances).await;
+                        t += group_consume(&js, &stream, &prefix, &db, instances, validate).await;
                     }
                     t
                 }

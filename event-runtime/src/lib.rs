@@ -200,6 +200,20 @@
 //! application's binary so that it knows your event types — prints the schema catalog and
 //! checks, before a deploy, that every pending delivery and dead letter still decodes.
 //!
+//! # Protection
+//! - **A circuit breaker per handler** ([`CircuitBreaker`], opt-in with
+//!   [`OutboxConfig::circuit_breaker`]): on an outage downstream — transient failures of
+//!   several distinct events — the handler's deliveries pause in the store for every process,
+//!   using no attempts; one delivery store-wide probes after the cool-down.
+//! - **Schema validation at the boundary** ([`DispatcherBuilder::validate_schemas`], opt-in):
+//!   an envelope from outside the process whose payload breaks its JSON Schema is
+//!   [`DispatchError::Invalid`], or an inbox dead letter [`invalid`](DeadLetterReason::Invalid)
+//!   naming the JSON pointer of the first violation ([`schema::SchemaViolation`]).
+//! - **Private payloads** ([`privacy`]): no payload value in logs, span attributes or metric
+//!   labels — decode errors withhold what serde quotes ([`event_core::JsonError`]); fields
+//!   marked `#[event(sensitive)]` are masked as `"***"` wherever the `events` tool prints a
+//!   payload, which it does only with `--payload`.
+//!
 //! # Schema evolution
 //! An event is (name, version); each version is its own type, and a newer one declares
 //! `#[event(version = 2, upcast_from = OrderPlacedV1)]` with an `impl From<OrderPlacedV1>`
@@ -300,10 +314,11 @@ pub use outbox::{
     OutboxUnitOfWork, PurgeReport, Routing, SystemClock, Workers, MAX_ERROR_BYTES, MIN_LEASE,
 };
 pub use store::{
-    AuditEntry, Backlog, CatalogRecord, ConnectOptions, DatabaseError, DeadLetter, DeadLetterFilter,
-    DeadLetterReason, DestinationBacklog, DestinationReport, FromSql, GroupMember, GroupView,
-    HandlerStats, InboxIdentity, OutboxStats, PartitionLease, PausedDestination, Query,
-    RepublishReport, RepublishSelection, Resolution, Row, SqlValue, Store, StoreError, ToSql, Tx,
+    AuditEntry, Backlog, CatalogRecord, ConnectOptions, DatabaseError, DeadLetter,
+    DeadLetterFilter, DeadLetterReason, DestinationBacklog, DestinationReport, FromSql,
+    GroupMember, GroupView, HandlerStats, InboxIdentity, OutboxStats, PartitionLease,
+    PausedDestination, Query, RepublishReport, RepublishSelection, Resolution, Row, SqlValue,
+    Store, StoreError, ToSql, Tx,
 };
 pub use telemetry::catalog::{
     describe_metrics, Metric, MetricKind, DELIVERY_DURATION_BUCKETS, METRICS,

@@ -3,7 +3,9 @@
 //! them in the catalog (`"x-sensitive": true`, the `event_catalog` table the standalone tool
 //! reads), and the rule that nothing else prints a payload at all.
 //!
-//! What the runtime never writes to logs, span attributes or metric labels: payload values.
+//! What the runtime never writes to logs, span attributes (OpenTelemetry's included: system,
+//! operation, destination, message id, consumer group, batch size) or metric labels
+//! (destination names, reasons): payload values.
 //! Decode errors withhold the values serde quotes ([`event_core::JsonError`]); schema
 //! violations use `jsonschema`'s masked messages; envelopes are logged by id, name, version
 //! and aggregate only. A handler's own error messages are the application's: do not put
@@ -12,6 +14,10 @@
 use std::collections::HashMap;
 
 use event_core::EventDescriptor;
+use serde::de::{MapAccess, Visitor};
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::store::CatalogRecord;
@@ -84,49 +90,58 @@ impl Masking {
     }
 
     /// `envelope` (CloudEvents JSON, as stored) with its `data` replaced by [`MASK`] unless
-    /// `payload`, else with each sensitive field of its type's `data` masked.
+    /// `payload`, else with each sensitive field of its type's `data` masked. Everything else
+    /// is the stored text, attributes in their order, values byte for byte.
     pub(crate) fn print(&self, envelope: &str, payload: bool) -> Printed {
-        let Ok(Value::Object(mut map)) = serde_json::from_str::<Value>(envelope) else {
+        let Ok(mut map) = serde_json::from_str::<Ordered>(envelope) else {
             // Not an envelope (a foreign or corrupted row): all of it is withheld.
             return Printed {
                 text: if payload {
                     envelope.to_owned()
                 } else {
-                    format!("\"(not JSON: {} bytes withheld)\"", envelope.len())
+                    format!("\"(not a JSON object: {} bytes withheld)\"", envelope.len())
                 },
                 withheld: !payload,
                 masked: 0,
                 known: false,
             };
         };
+        let attribute = |name: &str| {
+            map.0
+                .iter()
+                .find(|(k, _)| k == name)
+                .and_then(|(_, v)| serde_json::from_str::<Value>(v.get()).ok())
+        };
         let key = (
-            map.get("type")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned(),
-            map.get("schemaversion")
-                .and_then(Value::as_u64)
+            attribute("type")
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default(),
+            attribute("schemaversion")
+                .and_then(|v| v.as_u64())
                 .and_then(|v| u32::try_from(v).ok())
                 .unwrap_or(0),
         );
         let fields = self.by_event.get(&key);
         let mut masked = 0;
-        if !payload {
-            if let Some(data) = map.get_mut("data") {
-                *data = Value::String(MASK.into());
-            }
-        } else if let Some(Value::Object(data)) = map.get_mut("data") {
-            for f in fields.into_iter().flatten() {
-                if let Some(v) = data.get_mut(f.as_str()) {
-                    *v = Value::String(MASK.into());
-                    masked += 1;
+        if let Some((_, data)) = map.0.iter_mut().find(|(k, _)| k == "data") {
+            if !payload {
+                *data = mask();
+            } else if let Ok(mut object) = serde_json::from_str::<Ordered>(data.get()) {
+                for (k, v) in &mut object.0 {
+                    if fields.is_some_and(|f| f.contains(k)) {
+                        *v = mask();
+                        masked += 1;
+                    }
+                }
+                if masked > 0 {
+                    *data = serde_json::value::to_raw_value(&object).unwrap_or_else(|_| mask());
                 }
             }
         }
         let text = if payload && masked == 0 {
             envelope.to_owned()
         } else {
-            Value::Object(map).to_string()
+            serde_json::to_string(&map).unwrap_or_else(|_| String::from("\"***\""))
         };
         Printed {
             text,
@@ -134,5 +149,42 @@ impl Masking {
             masked,
             known: fields.is_some(),
         }
+    }
+}
+
+fn mask() -> Box<RawValue> {
+    serde_json::value::to_raw_value(MASK).expect("a string serialises")
+}
+
+/// A JSON object's members in their order, each value as its text.
+struct Ordered(Vec<(String, Box<RawValue>)>);
+
+impl<'de> Deserialize<'de> for Ordered {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Members;
+        impl<'de> Visitor<'de> for Members {
+            type Value = Ordered;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Ordered, A::Error> {
+                let mut members = Vec::new();
+                while let Some(entry) = map.next_entry()? {
+                    members.push(entry);
+                }
+                Ok(Ordered(members))
+            }
+        }
+        d.deserialize_map(Members)
+    }
+}
+
+impl Serialize for Ordered {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(self.0.len()))?;
+        for (k, v) in &self.0 {
+            map.serialize_entry(k, v)?;
+        }
+        map.end()
     }
 }

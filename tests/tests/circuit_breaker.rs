@@ -310,8 +310,8 @@ async fn an_operator_lifts_the_breakers_pause_with_handler_resume() {
         .await;
 
         let mut argv = vec!["events".to_owned(), "handler".to_owned(), "list".to_owned()];
-        argv.extend(db_args(&db));
-        let (ok, out, err) = cli(argv).await;
+        argv.extend(db.cli_args());
+        let (ok, out, err) = common::events_tool(argv).await;
         assert!(ok, "{label}: {err}");
         assert!(out.contains("by breaker"), "{label}: {out}");
         assert!(out.contains("probe at"), "{label}: {out}");
@@ -329,8 +329,8 @@ async fn an_operator_lifts_the_breakers_pause_with_handler_resume() {
         ]
         .map(String::from)
         .to_vec();
-        argv.extend(db_args(&db));
-        let (ok, out, err) = cli(argv).await;
+        argv.extend(db.cli_args());
+        let (ok, out, err) = common::events_tool(argv).await;
         assert!(ok, "{label}: {err}");
         assert!(
             out.contains("the circuit breaker's pause is lifted"),
@@ -390,32 +390,4 @@ async fn a_breaker_setting_out_of_range_is_a_start_up_error() {
         }
         assert!(e.to_string().contains(field) || format!("{:?}", e).contains(field));
     }
-}
-
-fn db_args(db: &common::Db) -> Vec<String> {
-    match db {
-        common::Db::Sqlite(url) => vec!["--database".into(), url.clone()],
-        common::Db::Postgres { url, schema } => vec![
-            "--database".into(),
-            url.clone(),
-            "--schema".into(),
-            schema.clone(),
-        ],
-    }
-}
-
-async fn cli(argv: Vec<String>) -> (bool, String, String) {
-    let (mut out, mut err) = (Vec::new(), Vec::new());
-    let code = event_runtime::cli::run_with_output(
-        argv,
-        event_runtime::cli::App::standalone(),
-        &mut out,
-        &mut err,
-    )
-    .await;
-    (
-        code == std::process::ExitCode::SUCCESS,
-        String::from_utf8(out).unwrap(),
-        String::from_utf8(err).unwrap(),
-    )
 }

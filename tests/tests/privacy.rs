@@ -60,35 +60,12 @@ impl Captured {
     }
 }
 
-fn db_args(db: &common::Db) -> Vec<String> {
-    match db {
-        common::Db::Sqlite(url) => vec!["--database".into(), url.clone()],
-        common::Db::Postgres { url, schema } => vec![
-            "--database".into(),
-            url.clone(),
-            "--schema".into(),
-            schema.clone(),
-        ],
-    }
-}
-
 async fn events(db: &common::Db, args: &[&str]) -> (String, String) {
     let mut argv: Vec<String> = vec!["events".into()];
     argv.extend(args.iter().map(|a| (*a).to_owned()));
-    argv.extend(db_args(db));
-    let (mut out, mut err) = (Vec::new(), Vec::new());
-    let code = event_runtime::cli::run_with_output(
-        argv.clone(),
-        event_runtime::cli::App::standalone(),
-        &mut out,
-        &mut err,
-    )
-    .await;
-    let (out, err) = (
-        String::from_utf8(out).unwrap(),
-        String::from_utf8(err).unwrap(),
-    );
-    assert_eq!(code, std::process::ExitCode::SUCCESS, "{argv:?}: {err}");
+    argv.extend(db.cli_args());
+    let (ok, out, err) = common::events_tool(argv.clone()).await;
+    assert!(ok, "{argv:?}: {err}");
     (out, err)
 }
 
@@ -209,7 +186,10 @@ async fn a_sensitive_value_never_reaches_logs_spans_or_the_events_tool() {
         assert!(show.contains("payload withheld"), "{label}: {show}");
         assert!(!show.contains("Norway"), "{label}: {show}");
         let (list, _) = events(&db, &["dlq", "list", "--json"]).await;
-        assert!(!list.contains("Norway") && !list.contains("Chile"), "{label}: {list}");
+        assert!(
+            !list.contains("Norway") && !list.contains("Chile"),
+            "{label}: {list}"
+        );
         let (shown, warning) = events(&db, &["dlq", "show", &id, "--payload"]).await;
         assert!(
             shown.contains("Norway") && shown.contains("\"emailAddress\": \"***\""),
@@ -234,7 +214,10 @@ async fn a_sensitive_value_never_reaches_logs_spans_or_the_events_tool() {
             ("dlq show --payload (undecodable)", &bad),
         ] {
             assert!(!text.contains(SECRET), "{label}: {what}: {text}");
-            assert!(!text.contains(QUOTED) || what.contains("--payload"), "{label}: {what}: {text}");
+            assert!(
+                !text.contains(QUOTED) || what.contains("--payload"),
+                "{label}: {what}: {text}"
+            );
         }
         store.close().await;
     }

@@ -76,6 +76,14 @@ fn consumer(store: &Store, validate: bool) -> Outbox {
         .unwrap()
 }
 
+async fn setup(store: &Store) {
+    let mut tx = store.begin().await.unwrap();
+    tx.execute("CREATE TABLE cart_seen (sequence BIGINT NOT NULL)", &[])
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+}
+
 async fn seen(store: &Store) -> Vec<i64> {
     let rows = store
         .query("SELECT sequence FROM cart_seen ORDER BY sequence")
@@ -90,20 +98,14 @@ async fn a_payload_that_breaks_its_schema_is_an_invalid_dead_letter_that_holds_i
     for db in common::databases("schema_validation_inbox").await {
         let label = db.label();
         let store = db.open().await;
-        let mut tx = store.begin().await.unwrap();
-        tx.execute("CREATE TABLE cart_seen (sequence BIGINT NOT NULL)", &[])
-            .await
-            .unwrap();
-        tx.commit().await.unwrap();
+        setup(&store).await;
         let outbox = consumer(&store, true);
         // 2 decodes into the Rust type (0 is a u32) but breaks the schema's minimum; 3 waits.
         let bad = wire(
             2,
             serde_json::json!({"cart": "C", "quantity": 0, "sku": MARKER}),
         );
-        let r = outbox
-            .receive(INBOX, vec![good(1), bad, good(3)])
-            .await;
+        let r = outbox.receive(INBOX, vec![good(1), bad, good(3)]).await;
         assert_eq!(
             r.verdicts,
             [
@@ -155,18 +157,18 @@ async fn without_validation_the_same_payload_is_handled() {
     for db in common::databases("schema_validation_off").await {
         let label = db.label();
         let store = db.open().await;
-        let mut tx = store.begin().await.unwrap();
-        tx.execute("CREATE TABLE cart_seen (sequence BIGINT NOT NULL)", &[])
-            .await
-            .unwrap();
-        tx.commit().await.unwrap();
+        setup(&store).await;
         let outbox = consumer(&store, false);
         let bad = wire(
             2,
             serde_json::json!({"cart": "C", "quantity": 0, "sku": "s"}),
         );
         let r = outbox.receive(INBOX, vec![good(1), bad]).await;
-        assert_eq!(r.verdicts, [Verdict::Accepted, Verdict::Accepted], "{label}");
+        assert_eq!(
+            r.verdicts,
+            [Verdict::Accepted, Verdict::Accepted],
+            "{label}"
+        );
         outbox.drain(Duration::from_secs(20)).await.unwrap();
         assert_eq!(seen(&store).await, [1, 2], "{label}");
         store.close().await;
@@ -201,7 +203,10 @@ async fn dispatch_json_refuses_a_payload_that_breaks_its_schema_with_its_place()
     let DispatchError::Invalid(v) = &err else {
         panic!("{err}")
     };
-    assert_eq!((v.event.as_str(), v.version, v.path.as_str()), ("valtest.item_added", 1, "/quantity"));
+    assert_eq!(
+        (v.event.as_str(), v.version, v.path.as_str()),
+        ("valtest.item_added", 1, "/quantity")
+    );
     assert!(!err.to_string().contains(MARKER), "{err}");
     // A required field missing: the pointer is the payload itself.
     let err = dispatcher
@@ -220,7 +225,10 @@ async fn dispatch_json_refuses_a_payload_that_breaks_its_schema_with_its_place()
         .await
         .unwrap();
     // Off (the default), only decoding decides.
-    let lenient = Dispatcher::builder_empty().event::<ItemAdded>().build().unwrap();
+    let lenient = Dispatcher::builder_empty()
+        .event::<ItemAdded>()
+        .build()
+        .unwrap();
     assert!(!lenient.validates_schemas());
     lenient
         .dispatch_json(&body(
@@ -253,7 +261,13 @@ fn a_schema_that_does_not_compile_fails_the_build() {
         .build()
         .unwrap_err();
     assert!(
-        matches!(err, RegistryError::InvalidSchema { name: "valtest.broken", .. }),
+        matches!(
+            err,
+            RegistryError::InvalidSchema {
+                name: "valtest.broken",
+                ..
+            }
+        ),
         "{err}"
     );
 }

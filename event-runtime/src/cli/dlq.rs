@@ -246,7 +246,9 @@ pub(super) async fn show(
         .dead_letter_by_id(id)
         .await?
         .ok_or_else(|| CliError::NotFound(vec![id]))?;
-    let printed = masking(store, app, payload).await?.print(&d.envelope, payload);
+    let printed = masking(store, app, payload)
+        .await?
+        .print(&d.envelope, payload);
     if payload && !printed.known {
         writeln!(
             io.err,

@@ -49,6 +49,9 @@ const REFRESH_EVERY: Duration = Duration::from_secs(1);
 /// the event back without using an attempt and starts another cool-down. A probe that finds
 /// nothing to deliver lifts the pause. `events handler resume NAME` lifts it by hand.
 ///
+/// Each process reads the breakers' pauses once a second, so a probe starts within a second
+/// after its cool-down (a cool-down under a second probes about once a second).
+///
 /// Attempts are counted per process: with several processes, each trips on what it saw
 /// (so a threshold holds per process, not in total), and the pause one writes holds them all.
 /// A process starts with an empty window, and a trip or a lifted pause empties it.

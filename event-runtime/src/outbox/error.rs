@@ -110,7 +110,9 @@ pub enum OutboxError {
     /// [`Outbox::replay_inbox_dead_letters`](crate::Outbox::replay_inbox_dead_letters) with
     /// schema validation on: an inbox dead letter's payload still does not match its JSON
     /// Schema. Nothing was replayed.
-    #[error("dead letter {dead_letter} still does not match its JSON Schema; nothing was replayed")]
+    #[error(
+        "dead letter {dead_letter} still does not match its JSON Schema; nothing was replayed"
+    )]
     NotValid {
         /// The dead letter's id.
         dead_letter: i64,

@@ -56,9 +56,9 @@ pub use republish::RepublishReport;
 pub use resolve::RESOLVE_PAGE;
 pub use tx::{SqlValue, Tx};
 pub use types::{
-    AuditEntry, Backlog, CatalogRecord, DeadLetter, DeadLetterCount, DeadLetterFilter, DeadLetterReason,
-    DestinationBacklog, DestinationReport, HandlerStats, OutboxStats, PausedDestination,
-    Resolution,
+    AuditEntry, Backlog, CatalogRecord, DeadLetter, DeadLetterCount, DeadLetterFilter,
+    DeadLetterReason, DestinationBacklog, DestinationReport, HandlerStats, OutboxStats,
+    PausedDestination, Resolution,
 };
 pub use unrouted::UNROUTED_CAP;
 pub use value::{timestamp_text, Datum, FromSql, SqlType, ToSql};

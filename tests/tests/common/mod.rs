@@ -278,3 +278,36 @@ pub fn log_from_env() {
         }
     });
 }
+
+impl Db {
+    /// The `events` tool's arguments that open this database.
+    pub fn cli_args(&self) -> Vec<String> {
+        match self {
+            Db::Sqlite(url) => vec!["--database".into(), url.clone()],
+            Db::Postgres { url, schema } => vec![
+                "--database".into(),
+                url.clone(),
+                "--schema".into(),
+                schema.clone(),
+            ],
+        }
+    }
+}
+
+/// Runs the standalone `events` tool on `argv` (its first item the program name): whether it
+/// succeeded, its standard output and its standard error.
+pub async fn events_tool(argv: Vec<String>) -> (bool, String, String) {
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let code = event_runtime::cli::run_with_output(
+        argv,
+        event_runtime::cli::App::standalone(),
+        &mut out,
+        &mut err,
+    )
+    .await;
+    (
+        code == std::process::ExitCode::SUCCESS,
+        String::from_utf8(out).unwrap(),
+        String::from_utf8(err).unwrap(),
+    )
+}

@@ -12,6 +12,7 @@
 //! server is not configured — and that one line. A case must not depend on a backend; where
 //! SQL must differ it asks `store.backend_name()`.
 
+pub mod catalog;
 pub mod crash;
 pub mod engine;
 pub mod failure_times;
@@ -97,6 +98,7 @@ macro_rules! conformance_suite {
                 outbox::a_process_without_a_handler_leaves_its_deliveries_to_one_that_has_it,
                 crash::crash_before_commit,
                 crash::crash_after_commit_before_delivery,
+                catalog::the_catalog_is_recorded_by_name_and_version_and_replaced,
                 crash::crash_during_a_handler,
                 crash::crash_after_the_handlers_before_completion,
                 engine::a_handler_slower_than_the_lease_is_not_taken_over_by_other_workers,

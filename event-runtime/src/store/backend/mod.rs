@@ -35,8 +35,8 @@ use uuid::Uuid;
 
 use super::query::Row;
 use super::types::{
-    AuditEntry, Backlog, CatalogRecord, DeadLetter, DeadLetterCount, DeadLetterFilter, DestinationBacklog,
-    OutboxStats, PausedDestination, Resolution,
+    AuditEntry, Backlog, CatalogRecord, DeadLetter, DeadLetterCount, DeadLetterFilter,
+    DestinationBacklog, OutboxStats, PausedDestination, Resolution,
 };
 use super::value::Datum;
 use super::GroupView;
