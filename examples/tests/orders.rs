@@ -291,11 +291,11 @@ fn totals(s: &Summary) -> Summary {
     }
 }
 
-/// `orders events dlq list --json` shows exactly the refused lines, each with its original
+/// `orders events dlq list --json --payload` shows exactly the refused lines, each with its original
 /// envelope.
 fn assert_dead_letters_listed(database_args: &[&str], e: &Expected) {
     let mut argv = database_args.to_vec();
-    argv.extend(["dlq", "list", "--json"]);
+    argv.extend(["dlq", "list", "--json", "--payload"]);
     let (code, out, err) = events_cli(&argv);
     assert_eq!(code, ExitCode::SUCCESS, "{err}");
     let listed: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
