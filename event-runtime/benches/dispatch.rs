@@ -63,7 +63,7 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-#[derive(Debug, Clone, Serialize, Deserialize, DomainEvent)]
+#[derive(Debug, Clone, Serialize, Deserialize, DomainEvent, schemars::JsonSchema)]
 #[event(name = "bench.happened", version = 1)]
 struct Happened {
     #[event(aggregate_id)]
@@ -234,6 +234,19 @@ fn cases(r: &mut impl Runner) {
 
     r.run("dispatch_json", || {
         let report = ready(plain.dispatch_json(black_box(&json))).expect("decodes");
+        black_box(&report);
+    });
+
+    // The same, validated against the event's JSON Schema first (`validate_schemas`).
+    let validated = Dispatcher::builder_empty()
+        .handler::<add>()
+        .resource_arc(Arc::clone(&total))
+        .idempotency_capacity(0)
+        .validate_schemas(true)
+        .build()
+        .expect("valid registry");
+    r.run("dispatch_json_validated", || {
+        let report = ready(validated.dispatch_json(black_box(&json))).expect("valid");
         black_box(&report);
     });
 
