@@ -11,16 +11,15 @@
 //! and aggregate only. A handler's own error messages are the application's: do not put
 //! payload values in them.
 
-use std::collections::HashMap;
-
 use event_core::EventDescriptor;
-use serde::de::{MapAccess, Visitor};
-use serde::ser::SerializeMap;
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::store::CatalogRecord;
+
+#[cfg(feature = "cli")]
+mod print;
+#[cfg(feature = "cli")]
+pub(crate) use print::Masking;
 
 /// What a masked value is printed as.
 pub const MASK: &str = "***";
@@ -48,143 +47,4 @@ pub(crate) fn record_of(e: &EventDescriptor) -> CatalogRecord {
         e.sensitive_fields.iter().map(|f| (*f).to_owned()).collect(),
         schema_of(e),
     )
-}
-
-/// The sensitive fields of each (name, version) known, from a registry or from the database's
-/// catalog.
-#[derive(Debug, Default, Clone)]
-pub(crate) struct Masking {
-    by_event: HashMap<(String, u32), Vec<String>>,
-}
-
-/// An envelope as the tool prints it.
-pub(crate) struct Printed {
-    /// The envelope JSON with the payload withheld or its sensitive fields masked; the
-    /// original text when nothing was changed.
-    pub(crate) text: String,
-    /// Whether the payload was withheld whole.
-    pub(crate) withheld: bool,
-    /// How many fields were masked.
-    pub(crate) masked: usize,
-    /// Whether the event type is known (has a catalog entry) at all.
-    pub(crate) known: bool,
-}
-
-impl Masking {
-    /// Adds what `records` (the database's catalog) say.
-    pub(crate) fn add_records(&mut self, records: &[CatalogRecord]) {
-        for r in records {
-            self.by_event
-                .insert((r.name.clone(), r.version), r.sensitive.clone());
-        }
-    }
-
-    /// Adds the event types of a registry (over the database's records of the same type).
-    pub(crate) fn add_descriptors(&mut self, events: &[EventDescriptor]) {
-        for e in events {
-            self.by_event.insert(
-                (e.name.to_owned(), e.version),
-                e.sensitive_fields.iter().map(|f| (*f).to_owned()).collect(),
-            );
-        }
-    }
-
-    /// `envelope` (CloudEvents JSON, as stored) with its `data` replaced by [`MASK`] unless
-    /// `payload`, else with each sensitive field of its type's `data` masked. Everything else
-    /// is the stored text, attributes in their order, values byte for byte.
-    pub(crate) fn print(&self, envelope: &str, payload: bool) -> Printed {
-        let Ok(mut map) = serde_json::from_str::<Ordered>(envelope) else {
-            // Not an envelope (a foreign or corrupted row): all of it is withheld.
-            return Printed {
-                text: if payload {
-                    envelope.to_owned()
-                } else {
-                    format!("\"(not a JSON object: {} bytes withheld)\"", envelope.len())
-                },
-                withheld: !payload,
-                masked: 0,
-                known: false,
-            };
-        };
-        let attribute = |name: &str| {
-            map.0
-                .iter()
-                .find(|(k, _)| k == name)
-                .and_then(|(_, v)| serde_json::from_str::<Value>(v.get()).ok())
-        };
-        let key = (
-            attribute("type")
-                .and_then(|v| v.as_str().map(str::to_owned))
-                .unwrap_or_default(),
-            attribute("schemaversion")
-                .and_then(|v| v.as_u64())
-                .and_then(|v| u32::try_from(v).ok())
-                .unwrap_or(0),
-        );
-        let fields = self.by_event.get(&key);
-        let mut masked = 0;
-        if let Some((_, data)) = map.0.iter_mut().find(|(k, _)| k == "data") {
-            if !payload {
-                *data = mask();
-            } else if let Ok(mut object) = serde_json::from_str::<Ordered>(data.get()) {
-                for (k, v) in &mut object.0 {
-                    if fields.is_some_and(|f| f.contains(k)) {
-                        *v = mask();
-                        masked += 1;
-                    }
-                }
-                if masked > 0 {
-                    *data = serde_json::value::to_raw_value(&object).unwrap_or_else(|_| mask());
-                }
-            }
-        }
-        let text = if payload && masked == 0 {
-            envelope.to_owned()
-        } else {
-            serde_json::to_string(&map).unwrap_or_else(|_| String::from("\"***\""))
-        };
-        Printed {
-            text,
-            withheld: !payload,
-            masked,
-            known: fields.is_some(),
-        }
-    }
-}
-
-fn mask() -> Box<RawValue> {
-    serde_json::value::to_raw_value(MASK).expect("a string serialises")
-}
-
-/// A JSON object's members in their order, each value as its text.
-struct Ordered(Vec<(String, Box<RawValue>)>);
-
-impl<'de> Deserialize<'de> for Ordered {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Members;
-        impl<'de> Visitor<'de> for Members {
-            type Value = Ordered;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Ordered, A::Error> {
-                let mut members = Vec::new();
-                while let Some(entry) = map.next_entry()? {
-                    members.push(entry);
-                }
-                Ok(Ordered(members))
-            }
-        }
-        d.deserialize_map(Members)
-    }
-}
-
-impl Serialize for Ordered {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut map = s.serialize_map(Some(self.0.len()))?;
-        for (k, v) in &self.0 {
-            map.serialize_entry(k, v)?;
-        }
-        map.end()
-    }
 }
