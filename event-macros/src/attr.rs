@@ -175,9 +175,20 @@ pub(crate) fn field_attrs(cx: &Ctxt, attrs: &[Attribute]) -> FieldAttrs {
 #[derive(Default)]
 pub(crate) struct SerdeName {
     pub(crate) rename: Option<LitStr>,
-    /// A form the macro cannot follow, with its tokens for the error.
-    pub(crate) unsupported: Option<TokenStream>,
+    /// `alias = "…"` (on a field): more names serde reads it under.
+    pub(crate) aliases: Vec<LitStr>,
+    /// A form the macro cannot follow, with its tokens and why, for the error.
+    pub(crate) unsupported: Option<(TokenStream, &'static str)>,
 }
+
+const RENAME_PAIR: &str = "`#[event(sensitive)]` needs the one name serde writes and reads: \
+     give the field one `rename = \"…\"` (and `alias = \"…\"` for names it also reads), or \
+     leave it unmarked";
+const FLATTEN: &str = "`#[event(sensitive)]` cannot mark a `#[serde(flatten)]` field: its \
+     members are the payload's own fields, under their names; do not flatten it, or leave it \
+     unmarked";
+const SKIP: &str = "`#[event(sensitive)]` on a field serde skips: it never reaches the \
+     payload, so there is nothing to mask; remove one of the two";
 
 /// Reads `key = "…"` (and notes `key(…)` or `flatten`) out of `#[serde(...)]`. Never reports:
 /// serde's own derive judges its attribute.
@@ -195,10 +206,21 @@ pub(crate) fn serde_name(attrs: &[Attribute], key: &str) -> SerdeName {
                     }
                 } else {
                     let rest = meta.input.parse::<TokenTree>()?;
-                    out.unsupported = Some(quote::quote!(#rest));
+                    out.unsupported = Some((quote::quote!(#rest), RENAME_PAIR));
                 }
-            } else if meta.path.is_ident("flatten") && key == "rename" {
-                out.unsupported = Some(meta.path.to_token_stream());
+            } else if key == "rename" && meta.path.is_ident("alias") {
+                if let Ok(Expr::Lit(ExprLit {
+                    lit: Lit::Str(lit), ..
+                })) = meta.value()?.parse::<Expr>()
+                {
+                    out.aliases.push(lit);
+                }
+            } else if key == "rename" && meta.path.is_ident("flatten") {
+                out.unsupported = Some((meta.path.to_token_stream(), FLATTEN));
+            } else if key == "rename"
+                && (meta.path.is_ident("skip") || meta.path.is_ident("skip_serializing"))
+            {
+                out.unsupported = Some((meta.path.to_token_stream(), SKIP));
             } else if meta.input.peek(Token![=]) {
                 meta.value()?.parse::<Expr>()?;
             } else if meta.input.peek(syn::token::Paren) {

@@ -509,13 +509,8 @@ fn sensitive_fields(cx: &Ctxt, event: &Event) -> Vec<String> {
             );
             continue;
         }
-        if let Some(tokens) = field.serde.unsupported.as_ref() {
-            cx.error_spanned_by(
-                tokens,
-                "`#[event(sensitive)]` follows `#[serde(rename = \"…\")]` and the struct's \
-                 `#[serde(rename_all = \"…\")]`, not this form: give the field one name for \
-                 both directions, or leave it unmarked",
-            );
+        if let Some((tokens, why)) = field.serde.unsupported.as_ref() {
+            cx.error_spanned_by(tokens, why);
             continue;
         }
         let name = match &field.serde.rename {
@@ -524,7 +519,7 @@ fn sensitive_fields(cx: &Ctxt, event: &Event) -> Vec<String> {
                 let ident = field.ident.to_string();
                 let ident = ident.strip_prefix("r#").unwrap_or(&ident).to_owned();
                 match (&event.rename_all.rename, &event.rename_all.unsupported) {
-                    (_, Some(tokens)) => {
+                    (_, Some((tokens, _))) => {
                         cx.error_spanned_by(
                             tokens,
                             "`#[event(sensitive)]` follows `#[serde(rename_all = \"…\")]`, not \
@@ -538,12 +533,15 @@ fn sensitive_fields(cx: &Ctxt, event: &Event) -> Vec<String> {
             }
         };
         names.push(name);
+        // Every name serde reads it under is masked: a foreign producer may write an alias.
+        names.extend(field.serde.aliases.iter().map(LitStr::value));
     }
     names
 }
 
-/// serde's `rename_all` rule applied to a snake_case field name (serde_derive's
-/// `RenameRule::apply_to_field`); an unknown rule, which serde reports, leaves it as is.
+/// serde's `rename_all` rule applied to a field name, as serde_derive's
+/// `RenameRule::apply_to_field` does (ASCII case changes only; `lowercase` and `snake_case`
+/// leave a field name as it is); an unknown rule, which serde reports, leaves it as is.
 fn rename_field(field: &str, rule: &str) -> String {
     let pascal = || {
         let mut out = String::new();
@@ -552,7 +550,7 @@ fn rename_field(field: &str, rule: &str) -> String {
             if c == '_' {
                 upper = true;
             } else if upper {
-                out.extend(c.to_uppercase());
+                out.push(c.to_ascii_uppercase());
                 upper = false;
             } else {
                 out.push(c);
@@ -561,14 +559,13 @@ fn rename_field(field: &str, rule: &str) -> String {
         out
     };
     match rule {
-        "lowercase" => field.to_ascii_lowercase(),
         "UPPERCASE" | "SCREAMING_SNAKE_CASE" => field.to_ascii_uppercase(),
         "PascalCase" => pascal(),
         "camelCase" => {
             let p = pascal();
             let mut chars = p.chars();
             match chars.next() {
-                Some(first) => first.to_lowercase().chain(chars).collect(),
+                Some(first) => first.to_ascii_lowercase().to_string() + chars.as_str(),
                 None => p,
             }
         }

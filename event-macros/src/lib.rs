@@ -99,9 +99,10 @@ mod union;
 /// number). The runtime masks it as `"***"` wherever it prints an envelope (`events dlq show
 /// --payload`), the schema catalog marks its property `"x-sensitive": true`, and each outbox
 /// records it in the database's `event_catalog` table so that the standalone `events` tool,
-/// which knows no types, masks it too. Its name is serde's (`#[serde(rename = "…")]`, the
-/// struct's `rename_all`); a `rename(serialize = …, deserialize = …)` pair is refused, and so
-/// is the aggregate id (it is the envelope's `subject`, in every log line). It changes nothing
+/// which knows no types, masks it too. Its names are serde's (`#[serde(rename = "…")]`, the
+/// struct's `rename_all`, and every `alias`, since a producer may write one); refused: a
+/// `rename(serialize = …, deserialize = …)` pair, a `flatten`ed or skipped field, and the
+/// aggregate id (it is the envelope's `subject`, in every log line). It changes nothing
 /// on the wire: the payload still carries the value; whoever reads the store reads it.
 ///
 /// ```rust,ignore

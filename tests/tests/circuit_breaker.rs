@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use event_core::{event_handler, DomainEvent, Envelope, HandlerError};
 use event_runtime::{
-    CircuitBreaker, ConfigError, Dispatcher, Outbox, OutboxConfig, OutboxError, RetryPolicy,
-    SqlValue, Store,
+    CircuitBreaker, ConfigError, Dispatcher, HandlerOptions, Outbox, OutboxConfig, OutboxError,
+    RetryPolicy, SqlValue, Store,
 };
 use serde::{Deserialize, Serialize};
 
@@ -390,4 +390,25 @@ async fn a_breaker_setting_out_of_range_is_a_start_up_error() {
         }
         assert!(e.to_string().contains(field) || format!("{:?}", e).contains(field));
     }
+    // A handler given a breaker and told to have none is asked to choose.
+    let e = Outbox::builder(store.clone())
+        .dispatcher(Dispatcher::builder_empty().handler::<downstream>())
+        .handler_options(
+            "breaker.downstream",
+            HandlerOptions::default()
+                .circuit_breaker(CircuitBreaker::default())
+                .no_circuit_breaker(),
+        )
+        .build()
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            OutboxError::Config(ConfigError::CircuitBreaker {
+                field: "no_circuit_breaker",
+                ..
+            })
+        ),
+        "{e}"
+    );
 }

@@ -138,6 +138,23 @@ async fn a_sensitive_value_never_reaches_logs_spans_or_the_events_tool() {
                         serde_json::json!({"customerId": "C-2", "emailAddress": SECRET, "age": QUOTED, "country": "Chile"}),
                         1,
                     ),
+                    // A version this service does not know (a newer producer's).
+                    {
+                        let mut json: serde_json::Value = serde_json::from_slice(
+                            &registered(
+                                "C-3",
+                                serde_json::json!({"customerId": "C-3", "emailAddress": SECRET, "age": 3, "country": "Peru"}),
+                                1,
+                            )
+                            .body,
+                        )
+                        .unwrap();
+                        json["schemaversion"] = 9.into();
+                        Incoming::new(
+                            serde_json::to_vec(&json).unwrap(),
+                            Origin::new("queue", "signup", 3),
+                        )
+                    },
                 ],
             )
             .await;
@@ -145,14 +162,15 @@ async fn a_sensitive_value_never_reaches_logs_spans_or_the_events_tool() {
             r.verdicts,
             [
                 Verdict::Accepted,
-                Verdict::DeadLettered(DeadLetterReason::Undecodable)
+                Verdict::DeadLettered(DeadLetterReason::Undecodable),
+                Verdict::DeadLettered(DeadLetterReason::UnknownEvent)
             ],
             "{label}"
         );
         // The workers record the catalog when they start, then deliver.
         let workers = outbox.spawn_workers(1);
         tokio::time::timeout(Duration::from_secs(20), async {
-            while store.dead_letters(&Default::default()).await.unwrap().len() < 2 {
+            while store.dead_letters(&Default::default()).await.unwrap().len() < 3 {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         })
@@ -205,6 +223,26 @@ async fn a_sensitive_value_never_reaches_logs_spans_or_the_events_tool() {
         )
         .await;
         assert!(bad.contains("(value withheld)"), "{label}: {bad}");
+        // v9 is in no catalog: masked by what v1 marks, with a warning.
+        let newer = dead
+            .iter()
+            .find(|d| d.reason == DeadLetterReason::UnknownEvent)
+            .unwrap();
+        let (newer_shown, warning) =
+            events(&db, &["dlq", "show", &newer.id.to_string(), "--payload"]).await;
+        assert!(
+            newer_shown.contains("Peru") && newer_shown.contains("\"emailAddress\": \"***\""),
+            "{label}: {newer_shown}"
+        );
+        assert!(
+            warning.contains("v9 is in no catalog"),
+            "{label}: {warning}"
+        );
+        let (_, warning) = events(&db, &["dlq", "list", "--json", "--payload"]).await;
+        assert!(
+            warning.contains("v9 is in no catalog"),
+            "{label}: {warning}"
+        );
         for (what, text) in [
             ("dlq show", &show),
             ("dlq list --json", &list),
@@ -212,6 +250,7 @@ async fn a_sensitive_value_never_reaches_logs_spans_or_the_events_tool() {
             ("dlq list --json --payload", &listed),
             ("dlq show --json --payload", &shown_json),
             ("dlq show --payload (undecodable)", &bad),
+            ("dlq show --payload (unknown version)", &newer_shown),
         ] {
             assert!(!text.contains(SECRET), "{label}: {what}: {text}");
             assert!(

@@ -26,6 +26,18 @@ struct ItemAdded {
     #[schemars(range(min = 1))]
     quantity: u32,
     sku: String,
+    /// A map: its keys are payload, never shown in an error.
+    #[serde(default)]
+    tags: std::collections::BTreeMap<String, u32>,
+}
+
+/// A closed content model: its schema allows no other property.
+#[derive(Debug, Clone, Serialize, Deserialize, DomainEvent, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[event(name = "valtest.closed", version = 1)]
+struct Closed {
+    #[event(aggregate_id)]
+    cart: String,
 }
 
 #[event_handler(name = "valtest.record")]
@@ -48,6 +60,7 @@ fn wire(seq: u64, data: serde_json::Value) -> Incoming {
         cart: "C".into(),
         quantity: 1,
         sku: "x".into(),
+        tags: Default::default(),
     })
     .with_id(uuid::Uuid::from_u128(0xC000 + u128::from(seq)))
     .with_sequence(seq)
@@ -179,6 +192,7 @@ async fn without_validation_the_same_payload_is_handled() {
 async fn dispatch_json_refuses_a_payload_that_breaks_its_schema_with_its_place() {
     let dispatcher = Dispatcher::builder_empty()
         .event::<ItemAdded>()
+        .event::<Closed>()
         .validate_schemas(true)
         .build()
         .unwrap();
@@ -188,6 +202,7 @@ async fn dispatch_json_refuses_a_payload_that_breaks_its_schema_with_its_place()
             cart: "C".into(),
             quantity: 1,
             sku: "x".into(),
+            tags: Default::default(),
         }))
         .unwrap();
         json["data"] = data;
@@ -217,6 +232,30 @@ async fn dispatch_json_refuses_a_payload_that_breaks_its_schema_with_its_place()
         err.to_string().contains("at the top level") && err.to_string().contains("sku"),
         "{err}"
     );
+    // A map's key is payload: the pointer does not show it.
+    let err = dispatcher
+        .dispatch_json(&body(
+            serde_json::json!({"cart": "C", "quantity": 1, "sku": "s", "tags": {MARKER: "x"}}),
+        ))
+        .await
+        .unwrap_err();
+    let DispatchError::Invalid(v) = &err else {
+        panic!("{err}")
+    };
+    assert_eq!(v.path, "/tags/*", "{err}");
+    assert!(!err.to_string().contains(MARKER), "{err}");
+    // An unexpected property's name is payload too.
+    let mut closed = serde_json::to_value(Envelope::new(Closed { cart: "C".into() })).unwrap();
+    closed["data"][MARKER] = 1.into();
+    let err = dispatcher
+        .dispatch_json(&closed.to_string())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, DispatchError::Invalid(_)) && err.to_string().contains("1 of them"),
+        "{err}"
+    );
+    assert!(!err.to_string().contains(MARKER), "{err}");
     // A valid one dispatches.
     dispatcher
         .dispatch_json(&body(

@@ -41,8 +41,16 @@ pub(super) async fn list(
     }
     if args.json {
         let masking = masking(store, app, args.payload).await?;
+        let mut unknown = std::collections::BTreeSet::new();
         for d in &mut letters {
-            d.envelope = masking.print(&d.envelope, args.payload).text;
+            let printed = masking.print(&d.envelope, args.payload);
+            if args.payload && !printed.known {
+                unknown.insert((d.event_name.clone(), d.event_version));
+            }
+            d.envelope = printed.text;
+        }
+        for (name, version) in unknown {
+            not_in_catalog(io, &name, version)?;
         }
         return print_json(&letters, io);
     }
@@ -234,6 +242,15 @@ async fn masking(store: &Store, app: &App<'_>, payload: bool) -> Result<Masking,
     Ok(masking)
 }
 
+/// The warning for a payload printed without its type's catalog entry.
+fn not_in_catalog(io: &mut Io<'_>, name: &str, version: u32) -> Result<(), CliError> {
+    writeln!(
+        io.err,
+        "warning: {name} v{version} is in no catalog (this tool's types, or the `event_catalog` rows services record): only the fields other versions of it mark sensitive are masked"
+    )?;
+    Ok(())
+}
+
 pub(super) async fn show(
     store: &Store,
     app: &App<'_>,
@@ -250,11 +267,7 @@ pub(super) async fn show(
         .await?
         .print(&d.envelope, payload);
     if payload && !printed.known {
-        writeln!(
-            io.err,
-            "warning: {} v{} is in no catalog (this tool's types, or a service's `event_catalog` rows): no field of it is masked",
-            d.event_name, d.event_version
-        )?;
+        not_in_catalog(io, &d.event_name, d.event_version)?;
     }
     if json {
         d.envelope = printed.text;

@@ -93,6 +93,9 @@ pub(super) async fn run(
     command: InboxCommand,
     io: &mut Io<'_>,
 ) -> Result<(), CliError> {
+    // Only `refetch` (feature `nats`) needs the application.
+    #[cfg(not(feature = "nats"))]
+    let _ = app;
     let InboxCommand::Gaps { command, all, json } = command;
     match command {
         None => list(store, all, json, io).await,

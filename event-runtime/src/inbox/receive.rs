@@ -142,6 +142,7 @@ impl Outbox {
         if batch.is_empty() {
             return receipt;
         }
+        self.record_catalog_once().await;
         if let Err(e) = Receiving::new(self, inbox, &batch, &mut receipt)
             .run()
             .await
@@ -486,6 +487,16 @@ impl<'a> Receiving<'a> {
         let (name, version) = p.raw.as_ref().map_or((String::new(), 0), |r| {
             (r.name.replace('\0', "\u{FFFD}"), r.version)
         });
+        // The chain holds no payload value (decode errors and schema violations withhold them).
+        tracing::warn!(
+            inbox = %self.inbox,
+            event_id = %event_id,
+            event = %name,
+            version,
+            reason = %p.reason,
+            error = %p.chain.join(": "),
+            "a received message is dead-lettered"
+        );
         InboxDeadLetter {
             inbox: self.inbox.to_owned(),
             event_id,

@@ -173,7 +173,8 @@ pub enum ConfigError {
         "options are given for `{0}`, which is neither a registered handler nor a destination"
     )]
     UnknownDestination(String),
-    /// A circuit breaker setting is out of range.
+    /// A circuit breaker setting is out of range, or a handler is given a breaker and
+    /// `no_circuit_breaker` at once.
     #[error("the circuit breaker of {of}: {field} {rule}")]
     CircuitBreaker {
         /// `the outbox`, or the destination in backquotes.

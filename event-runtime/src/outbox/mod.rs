@@ -90,6 +90,8 @@ pub(crate) struct Inner {
     pub(crate) runtime_paused: Mutex<HashMap<String, pause::Outage>>,
     /// The circuit breakers of this process's handlers.
     pub(crate) breakers: breaker::Breakers,
+    /// Whether this outbox recorded its event types in the database's catalog.
+    pub(crate) catalog_recorded: std::sync::atomic::AtomicBool,
     #[cfg(feature = "fault-injection")]
     pub(crate) fault: Option<FaultHook>,
 }
@@ -293,6 +295,13 @@ impl OutboxBuilder {
             if is_relay && o.circuit_breaker.is_some() {
                 return Err(ConfigError::BreakerOnRelay(name.to_owned()));
             }
+            if o.circuit_breaker.is_some() && o.no_circuit_breaker {
+                return Err(ConfigError::CircuitBreaker {
+                    of: format!("`{name}`"),
+                    field: "no_circuit_breaker",
+                    rule: "is set beside circuit_breaker: give the handler one or the other",
+                });
+            }
             let breaker = (!is_relay && !o.no_circuit_breaker)
                 .then_some(o.circuit_breaker.or(c.circuit_breaker))
                 .flatten();
@@ -395,6 +404,7 @@ impl OutboxBuilder {
                 rng: Mutex::new(fastrand::Rng::new()),
                 runtime_paused: Mutex::new(HashMap::new()),
                 breakers: breaker::Breakers::default(),
+                catalog_recorded: std::sync::atomic::AtomicBool::new(false),
                 live_leases: Mutex::new(Vec::new()),
                 #[cfg(feature = "fault-injection")]
                 fault: self.fault,
@@ -465,7 +475,8 @@ impl Outbox {
     /// Records this outbox's event types in the database's catalog ([`Store::record_catalog`]):
     /// their schemas and the fields marked `#[event(sensitive)]`, which the standalone `events`
     /// tool masks by. The workers of [`spawn_workers`](Self::spawn_workers) do it when they
-    /// start; call it yourself when you run none.
+    /// start, and [`receive`](Self::receive) before its first batch; call it yourself when
+    /// you do neither.
     ///
     /// # Errors
     /// [`OutboxError::Store`] when the database refuses it.
@@ -480,7 +491,26 @@ impl Outbox {
             .iter()
             .map(crate::privacy::record_of)
             .collect();
-        Ok(self.inner.store.record_catalog(&records).await?)
+        self.inner.store.record_catalog(&records).await?;
+        self.inner
+            .catalog_recorded
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// [`record_catalog`](Self::record_catalog) once per outbox, a failure logged (what it
+    /// protects is the operator's tool, not the delivery).
+    pub(crate) async fn record_catalog_once(&self) {
+        if self
+            .inner
+            .catalog_recorded
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return;
+        }
+        if let Err(e) = self.record_catalog().await {
+            tracing::warn!(error = %event_core::ErrorChain(&e), "recording the event catalog failed; the standalone `events` tool masks no field of these types until it is");
+        }
     }
 
     /// The destinations this outbox delivers to: its after-commit handlers and its

@@ -392,9 +392,7 @@ impl Outbox {
         let mut last_gauges: Option<Instant> = None;
         let mut gauges = super::gauges::Gauges::default();
         self.report_unregistered().await;
-        if let Err(e) = self.record_catalog().await {
-            tracing::warn!(error = %ErrorChain(&e), "recording the event catalog failed; the standalone `events` tool masks no field of these types until it is");
-        }
+        self.record_catalog_once().await;
         while !cancel.is_cancelled() {
             let now = inner.clock.now_ms();
             if last_repair.elapsed() >= REPAIR_EVERY {

@@ -84,7 +84,23 @@ impl Masking {
                 .and_then(|v| u32::try_from(v).ok())
                 .unwrap_or(0),
         );
-        let fields = self.by_event.get(&key);
+        let exact = self.by_event.get(&key);
+        // A version no catalog knows (a newer producer's) is masked by what every known
+        // version of its name marks: a field keeps its name across versions more often than
+        // not, and masking too much is the safe side.
+        let fallback: Vec<String>;
+        let fields = match exact {
+            Some(f) => Some(f),
+            None => {
+                fallback = self
+                    .by_event
+                    .iter()
+                    .filter(|((name, _), _)| *name == key.0)
+                    .flat_map(|(_, f)| f.iter().cloned())
+                    .collect();
+                Some(&fallback).filter(|f| !f.is_empty())
+            }
+        };
         let mut masked = 0;
         if let Some((_, data)) = map.0.iter_mut().find(|(k, _)| k == "data") {
             if !payload {
@@ -110,7 +126,7 @@ impl Masking {
             text,
             withheld: !payload,
             masked,
-            known: fields.is_some(),
+            known: exact.is_some(),
         }
     }
 }

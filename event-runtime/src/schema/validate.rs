@@ -9,9 +9,12 @@
 //! a JSON pointer (`/lines/2/quantity`) rather than a line and column of the body, and is the
 //! contract a producer in another language validates against too.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use event_core::RawEnvelope;
+use jsonschema::error::ValidationErrorKind;
+use jsonschema::paths::LocationSegment;
+use serde_json::Value;
 
 use crate::dispatch::registry::{Registry, RegistryError};
 
@@ -27,16 +30,24 @@ pub struct SchemaViolation {
     pub event: String,
     /// The event version.
     pub version: u32,
-    /// Where in the payload: a JSON pointer (RFC 6901), empty for the payload itself.
+    /// Where in the payload: a JSON pointer (RFC 6901), empty for the payload itself. A
+    /// segment that is not a property name of the schema — a map's key, which is payload —
+    /// is written `*`.
     pub path: String,
-    /// The rule it breaks, with the payload's values masked.
+    /// The rule it breaks, with the payload's values (and map keys) masked.
     pub message: String,
 }
 
 /// The compiled schemas of a registry's event types, by (name, version). Types without a
 /// schema (that do not derive `schemars::JsonSchema`) are not validated.
 pub(crate) struct SchemaValidator {
-    by_event: HashMap<(&'static str, u32), jsonschema::Validator>,
+    by_event: HashMap<(&'static str, u32), Compiled>,
+}
+
+struct Compiled {
+    validator: jsonschema::Validator,
+    /// Every property name the schema declares, anywhere: the pointer segments it may show.
+    names: HashSet<String>,
 }
 
 impl std::fmt::Debug for SchemaValidator {
@@ -67,7 +78,9 @@ impl SchemaValidator {
                     type_name: e.type_name,
                     message: err.masked().to_string(),
                 })?;
-            by_event.insert((e.name, e.version), validator);
+            let mut names = HashSet::new();
+            property_names(&schema, &mut names);
+            by_event.insert((e.name, e.version), Compiled { validator, names });
         }
         if !unchecked.is_empty() {
             tracing::warn!(
@@ -85,7 +98,7 @@ impl SchemaValidator {
     /// The first [`SchemaViolation`]; a payload that is not JSON at all is one at the top
     /// level (the envelope parser has already refused that, so it does not happen).
     pub(crate) fn check(&self, raw: &RawEnvelope) -> Result<(), SchemaViolation> {
-        let Some(validator) = self.by_event.get(&(raw.name.as_str(), raw.version)) else {
+        let Some(compiled) = self.by_event.get(&(raw.name.as_str(), raw.version)) else {
             return Ok(());
         };
         let violation = |path: String, message: String| SchemaViolation {
@@ -96,8 +109,51 @@ impl SchemaValidator {
         };
         let data: serde_json::Value = serde_json::from_str(raw.data.get())
             .map_err(|_| violation(String::new(), "the payload is not JSON".into()))?;
-        validator
-            .validate(&data)
-            .map_err(|e| violation(e.instance_path().to_string(), e.masked().to_string()))
+        compiled.validator.validate(&data).map_err(|e| {
+            let mut path = String::new();
+            for segment in e.instance_path() {
+                path.push('/');
+                match segment {
+                    LocationSegment::Index(i) => path.push_str(&i.to_string()),
+                    LocationSegment::Property(p) if compiled.names.contains(p.as_ref()) => {
+                        path.push_str(&p.replace('~', "~0").replace('/', "~1"))
+                    }
+                    LocationSegment::Property(_) => path.push('*'),
+                }
+            }
+            let message = match e.kind() {
+                // The masked forms of these list the payload's keys.
+                ValidationErrorKind::AdditionalProperties { unexpected }
+                | ValidationErrorKind::UnevaluatedProperties { unexpected } => format!(
+                    "properties the schema does not allow ({} of them; names withheld)",
+                    unexpected.len()
+                ),
+                ValidationErrorKind::PropertyNames { .. } => {
+                    "a property name breaks the schema's `propertyNames` (name withheld)".into()
+                }
+                _ => e.masked().to_string(),
+            };
+            violation(path, message)
+        })
+    }
+}
+
+/// Collects the names under every `properties` of `schema` (its `$defs` included).
+fn property_names(schema: &Value, out: &mut HashSet<String>) {
+    match schema {
+        Value::Object(map) => {
+            if let Some(Value::Object(props)) = map.get("properties") {
+                out.extend(props.keys().cloned());
+            }
+            for v in map.values() {
+                property_names(v, out);
+            }
+        }
+        Value::Array(items) => {
+            for v in items {
+                property_names(v, out);
+            }
+        }
+        _ => {}
     }
 }

@@ -30,6 +30,21 @@ struct Moved {
 }
 
 #[derive(Serialize, Deserialize, DomainEvent)]
+#[serde(rename_all = "lowercase")]
+#[event(name = "customer.renamed")]
+#[allow(non_snake_case)]
+struct Renamed {
+    #[event(aggregate_id)]
+    id: String,
+    // serde's `lowercase` leaves a field name as it is.
+    #[event(sensitive)]
+    eMail: String,
+    #[event(sensitive)]
+    #[serde(rename = "cardNo", alias = "card_number", alias = "card")]
+    card: String,
+}
+
+#[derive(Serialize, Deserialize, DomainEvent)]
 #[event(name = "customer.seen")]
 struct Seen {
     #[event(aggregate_id)]
@@ -40,4 +55,5 @@ fn main() {
     assert_eq!(Registered::SENSITIVE_FIELDS, ["email", "fullName", "type"]);
     assert_eq!(Moved::SENSITIVE_FIELDS, ["streetAddress", "zip"]);
     assert!(Seen::SENSITIVE_FIELDS.is_empty());
+    assert_eq!(Renamed::SENSITIVE_FIELDS, ["eMail", "cardNo", "card_number", "card"]);
 }
