@@ -15,7 +15,7 @@ use serde_json::error::Category;
 
 /// What a JSON text could not be read as, with the input's values withheld (see the module
 /// docs). Built from a [`serde_json::Error`].
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JsonError {
     message: String,
     line: usize,
@@ -53,10 +53,15 @@ impl JsonError {
     /// serde's error as it is: for an envelope's attributes, which are not payload (`data` is
     /// kept as raw JSON text there, never decoded).
     pub(crate) fn verbatim(e: serde_json::Error) -> Self {
+        Self::with_message(&e, str::to_owned)
+    }
+
+    /// `e` with its message (without the position) passed through `message`.
+    fn with_message(e: &serde_json::Error, message: impl FnOnce(&str) -> String) -> Self {
         let text = e.to_string();
         let position = format!(" at line {} column {}", e.line(), e.column());
         JsonError {
-            message: text.strip_suffix(&position).unwrap_or(&text).to_owned(),
+            message: message(text.strip_suffix(&position).unwrap_or(&text)),
             line: e.line(),
             column: e.column(),
             category: e.classify(),
@@ -66,20 +71,11 @@ impl JsonError {
 
 impl From<serde_json::Error> for JsonError {
     fn from(e: serde_json::Error) -> Self {
-        let text = e.to_string();
-        let position = format!(" at line {} column {}", e.line(), e.column());
-        let bare = text.strip_suffix(&position).unwrap_or(&text);
-        let message = match e.classify() {
+        Self::with_message(&e, |bare| match e.classify() {
             // serde_json's own syntax messages name what it expected, never the input.
             Category::Syntax | Category::Eof | Category::Io => bare.to_owned(),
             Category::Data => withhold(bare),
-        };
-        JsonError {
-            message,
-            line: e.line(),
-            column: e.column(),
-            category: e.classify(),
-        }
+        })
     }
 }
 
@@ -131,17 +127,6 @@ impl fmt::Display for JsonError {
                 self.message, self.line, self.column
             )
         }
-    }
-}
-
-impl fmt::Debug for JsonError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("JsonError")
-            .field("message", &self.message)
-            .field("line", &self.line)
-            .field("column", &self.column)
-            .field("category", &self.category)
-            .finish()
     }
 }
 

@@ -937,21 +937,7 @@ async fn events_nats_stream_create_then_check_and_a_check_that_asks_for_more_fai
         argv.extend_from_slice(args);
         argv.iter().map(|s| s.to_string()).collect::<Vec<_>>()
     };
-    let run = |argv: Vec<String>| async move {
-        let (mut out, mut err) = (Vec::new(), Vec::new());
-        let code = event_runtime::cli::run_with_output(
-            argv,
-            event_runtime::cli::App::standalone(),
-            &mut out,
-            &mut err,
-        )
-        .await;
-        (
-            code == std::process::ExitCode::SUCCESS,
-            String::from_utf8(out).unwrap(),
-            String::from_utf8(err).unwrap(),
-        )
-    };
+    let run = common::events_tool;
     let base = ["--nats", &url, "--subject", &subject];
     let mut create = cli(&["create", &stream]);
     create.extend(base.iter().map(|s| s.to_string()));
