@@ -50,10 +50,17 @@ impl JsonError {
 }
 
 impl JsonError {
-    /// serde's error as it is: for an envelope's attributes, which are not payload (`data` is
-    /// kept as raw JSON text there, never decoded).
+    /// serde's error as it is for an envelope's attributes, which are not payload (`data` is
+    /// kept as raw JSON text there, never decoded), the values of type errors withheld…
     pub(crate) fn verbatim(e: serde_json::Error) -> Self {
-        Self::with_message(&e, str::to_owned)
+        // …but a body that is not an object at all (a bare string) is quoted whole by serde.
+        Self::with_message(&e, |bare| {
+            if bare.starts_with("invalid type: ") || bare.starts_with("invalid value: ") {
+                withhold(bare)
+            } else {
+                bare.to_owned()
+            }
+        })
     }
 
     /// `e` with its message (without the position) passed through `message`.
@@ -185,5 +192,13 @@ mod tests {
             assert_eq!(got, expected, "{json}");
             assert!(!got.contains("SECRET") && !got.contains("4111"), "{got}");
         }
+        // An envelope whose body is a bare string: serde would quote all of it.
+        let e = crate::RawEnvelope::from_json(r#""SECRET body""#).unwrap_err();
+        let text = crate::ErrorChain(&e).to_string();
+        assert!(
+            text.contains("invalid type: string (value withheld)"),
+            "{text}"
+        );
+        assert!(!text.contains("SECRET"), "{text}");
     }
 }

@@ -101,26 +101,50 @@ impl Masking {
                 Some(&fallback).filter(|f| !f.is_empty())
             }
         };
+        // Every payload member: a body may repeat `data` (JSON readers keep the last one) or
+        // carry `data_base64`.
         let mut masked = 0;
-        if let Some((_, data)) = map.0.iter_mut().find(|(k, _)| k == "data") {
+        let mut changed = false;
+        for (_, data) in map
+            .0
+            .iter_mut()
+            .filter(|(k, _)| k == "data" || k == "data_base64")
+        {
             if !payload {
                 *data = mask();
-            } else if let Ok(mut object) = serde_json::from_str::<Ordered>(data.get()) {
-                for (k, v) in &mut object.0 {
-                    if fields.is_some_and(|f| f.contains(k)) {
-                        *v = mask();
-                        masked += 1;
+                changed = true;
+                continue;
+            }
+            let Some(fields) = fields else {
+                continue;
+            };
+            match serde_json::from_str::<Ordered>(data.get()) {
+                Ok(mut object) => {
+                    let before = masked;
+                    for (k, v) in &mut object.0 {
+                        if fields.contains(k) {
+                            *v = mask();
+                            masked += 1;
+                        }
+                    }
+                    if masked > before {
+                        *data = serde_json::value::to_raw_value(&object).unwrap_or_else(|_| mask());
+                        changed = true;
                     }
                 }
-                if masked > 0 {
-                    *data = serde_json::value::to_raw_value(&object).unwrap_or_else(|_| mask());
+                // Not an object (a string, base64): its sensitive fields cannot be told apart,
+                // so all of it is withheld.
+                Err(_) => {
+                    *data = mask();
+                    masked += 1;
+                    changed = true;
                 }
             }
         }
-        let text = if payload && masked == 0 {
-            envelope.to_owned()
-        } else {
+        let text = if changed {
             serde_json::to_string(&map).unwrap_or_else(|_| String::from("\"***\""))
+        } else {
+            envelope.to_owned()
         };
         Printed {
             text,
@@ -165,5 +189,50 @@ impl Serialize for Ordered {
             map.serialize_entry(k, v)?;
         }
         map.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn masking() -> Masking {
+        let mut m = Masking::default();
+        m.add_records(&[CatalogRecord::new(
+            "customer.registered",
+            1,
+            "app::Registered",
+            vec!["email".into()],
+            None,
+        )]);
+        m
+    }
+
+    const HEAD: &str = r#""type":"customer.registered","schemaversion":1"#;
+
+    #[test]
+    fn every_payload_member_is_withheld_or_masked() {
+        let m = masking();
+        // A repeated `data` (readers keep the last) and `data_base64`.
+        for body in [
+            format!(r#"{{{HEAD},"data":{{}},"data":{{"email":"SECRET","age":3}}}}"#),
+            format!(r#"{{{HEAD},"data_base64":"SECRET"}}"#),
+        ] {
+            let withheld = m.print(&body, false);
+            assert!(!withheld.text.contains("SECRET"), "{}", withheld.text);
+            let shown = m.print(&body, true);
+            assert!(!shown.text.contains("SECRET"), "{}", shown.text);
+        }
+        // A payload that is no object cannot be masked field by field: withheld whole.
+        let body = format!(r#"{{{HEAD},"data":"{{\"email\":\"SECRET\"}}"}}"#);
+        let shown = m.print(&body, true);
+        assert!(!shown.text.contains("SECRET"), "{}", shown.text);
+        // The rest is printed as stored.
+        let body = format!(r#"{{{HEAD},"data":{{"email":"SECRET","age":3}}}}"#);
+        let shown = m.print(&body, true);
+        assert_eq!(
+            shown.text,
+            format!(r#"{{{HEAD},"data":{{"email":"***","age":3}}}}"#)
+        );
     }
 }
