@@ -198,23 +198,13 @@ pub(crate) fn serde_name(attrs: &[Attribute], key: &str) -> SerdeName {
         let _ = attr.parse_nested_meta(|meta| {
             if meta.path.is_ident(key) {
                 if meta.input.peek(Token![=]) {
-                    if let Ok(Expr::Lit(ExprLit {
-                        lit: Lit::Str(lit), ..
-                    })) = meta.value()?.parse::<Expr>()
-                    {
-                        out.rename = Some(lit);
-                    }
+                    out.rename = lit_str(meta.value()?.parse::<Expr>()?);
                 } else {
                     let rest = meta.input.parse::<TokenTree>()?;
                     out.unsupported = Some((quote::quote!(#rest), RENAME_PAIR));
                 }
             } else if key == "rename" && meta.path.is_ident("alias") {
-                if let Ok(Expr::Lit(ExprLit {
-                    lit: Lit::Str(lit), ..
-                })) = meta.value()?.parse::<Expr>()
-                {
-                    out.aliases.push(lit);
-                }
+                out.aliases.extend(lit_str(meta.value()?.parse::<Expr>()?));
             } else if key == "rename" && meta.path.is_ident("flatten") {
                 out.unsupported = Some((meta.path.to_token_stream(), FLATTEN));
             } else if key == "rename"
@@ -230,6 +220,17 @@ pub(crate) fn serde_name(attrs: &[Attribute], key: &str) -> SerdeName {
         });
     }
     out
+}
+
+/// A string literal, also as a `macro_rules!` argument passes it (in an invisible group).
+fn lit_str(expr: Expr) -> Option<LitStr> {
+    match expr {
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(lit), ..
+        }) => Some(lit),
+        Expr::Group(group) => lit_str(*group.expr),
+        _ => None,
+    }
 }
 
 /// The arguments of `#[event_handler(...)]`.

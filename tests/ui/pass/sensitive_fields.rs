@@ -51,9 +51,29 @@ struct Seen {
     customer_id: String,
 }
 
+// Names passed through `macro_rules!` (invisible groups around the literals).
+macro_rules! event_with {
+    ($rule:literal, $rename:literal) => {
+        #[derive(Serialize, Deserialize, DomainEvent)]
+        #[serde(rename_all = $rule)]
+        #[event(name = "customer.macro")]
+        struct FromMacro {
+            #[event(aggregate_id)]
+            customer_id: String,
+            #[event(sensitive)]
+            email_address: String,
+            #[event(sensitive)]
+            #[serde(rename = $rename)]
+            phone: String,
+        }
+    };
+}
+event_with!("SCREAMING_SNAKE_CASE", "tel");
+
 fn main() {
     assert_eq!(Registered::SENSITIVE_FIELDS, ["email", "fullName", "type"]);
     assert_eq!(Moved::SENSITIVE_FIELDS, ["streetAddress", "zip"]);
     assert!(Seen::SENSITIVE_FIELDS.is_empty());
+    assert_eq!(FromMacro::SENSITIVE_FIELDS, ["EMAIL_ADDRESS", "tel"]);
     assert_eq!(Renamed::SENSITIVE_FIELDS, ["eMail", "cardNo", "card_number", "card"]);
 }
