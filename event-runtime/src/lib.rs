@@ -300,6 +300,7 @@ mod telemetry;
     doc(cfg(any(feature = "testing", feature = "fault-injection")))
 )]
 pub mod testing;
+pub mod topology;
 pub mod transport;
 
 pub use dispatch::{

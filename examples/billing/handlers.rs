@@ -143,17 +143,20 @@ pub(crate) fn outbox(store: Store) -> Result<Outbox, OutboxError> {
                 .handler::<record_line>()
                 .handler::<invoice>(),
         )
-        .config(
-            OutboxConfig::default()
-                .retry(RetryPolicy {
-                    max_attempts: 12,
-                    initial_backoff: Duration::from_millis(5),
-                    max_backoff: Duration::from_millis(100),
-                })
-                .poll_interval(Duration::from_millis(20))
-                .source("urn:example:billing")
-                // `--metrics-addr`: the gauges a second old at most.
-                .metrics_interval(Duration::from_secs(1)),
-        )
+        .config(outbox_config())
         .build()
+}
+
+/// Billing's outbox configuration.
+pub(crate) fn outbox_config() -> OutboxConfig {
+    OutboxConfig::default()
+        .retry(RetryPolicy {
+            max_attempts: 12,
+            initial_backoff: Duration::from_millis(5),
+            max_backoff: Duration::from_millis(100),
+        })
+        .poll_interval(Duration::from_millis(20))
+        .source("urn:example:billing")
+        // `--metrics-addr`: the gauges a second old at most.
+        .metrics_interval(Duration::from_secs(1))
 }

@@ -43,8 +43,9 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use event_runtime::cli::App;
+use event_runtime::topology::Topology;
 use event_runtime::transport::nats::{
-    self, GroupConfig, InboxConfig, InboxReport, NatsGroup, NatsInbox,
+    self, GroupConfig, InboxConfig, InboxReport, NatsGroup, NatsInbox, RelayConfig,
 };
 use event_runtime::{CancellationToken, ConnectOptions, Outbox, Registry, Store};
 use examples::orders::domain::{LineAdded, OrderPlacedV2, OrderShipped};
@@ -173,11 +174,39 @@ async fn events(argv: Vec<std::ffi::OsString>) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let topology = topology(&Args::parse_from(["billing"]));
     let app = App::embedded("billing events", &registry)
         .default_database(DEFAULT_DATABASE)
-        .outbox(&outbox);
+        .outbox(&outbox)
+        .topology(&topology);
     // `events` takes the place of the program name: `billing events dlq list` runs `dlq list`.
     event_runtime::cli::run(argv.into_iter().skip(1), app).await
+}
+
+/// The inbox's configuration: `<prefix>.order.>` of the stream, in batches of 256.
+fn inbox_config(args: &Args) -> InboxConfig {
+    InboxConfig::new(&args.stream, &args.consumer)
+        .filter_subject(format!("{}.order.>", args.subject_prefix))
+        .partitions(args.partitions)
+        .batch(256)
+        .ack_wait(Duration::from_secs(10))
+}
+
+/// Where billing's events come from, for `billing events asyncapi` and `billing events flow`:
+/// its inbox, reading what the orders relay publishes (`orders --nats` with the same stream,
+/// prefix and partitions).
+fn topology(args: &Args) -> Topology {
+    let producer = RelayConfig::new(&args.stream)
+        .subject_prefix(args.subject_prefix.clone())
+        .partitions(args.partitions);
+    Topology::new("billing", env!("CARGO_PKG_VERSION"))
+        .description(
+            "The billing service of the examples: receives the orders service's events from \
+             NATS JetStream into its own outbox and invoices every shipped order.",
+        )
+        .outbox_config(&handlers::outbox_config())
+        .server("nats", &args.nats)
+        .nats_inbox(&inbox_config(args), &producer)
 }
 
 /// The database `--database` defaults to.
@@ -253,11 +282,9 @@ async fn consume(
     let inbox = NatsInbox::new(
         js,
         outbox.clone(),
-        InboxConfig::new(&args.stream, &args.consumer)
-            .filter_subject(format!("{}.order.>", args.subject_prefix))
-            .batch(256)
-            .max_ack_pending(256 * args.instances.max(1))
-            .ack_wait(Duration::from_secs(10)),
+        inbox_config(args)
+            .partitions(1)
+            .max_ack_pending(256 * args.instances.max(1)),
     )
     .await?;
     let mut total = InboxReport::default();
@@ -360,16 +387,7 @@ async fn consume_group(
     if let Some(member) = &args.member {
         config = config.member(member);
     }
-    let group = NatsGroup::new(
-        js,
-        outbox.clone(),
-        InboxConfig::new(&args.stream, &args.consumer)
-            .filter_subject(format!("{}.order.>", args.subject_prefix))
-            .partitions(args.partitions)
-            .batch(256)
-            .ack_wait(Duration::from_secs(10)),
-        config,
-    )?;
+    let group = NatsGroup::new(js, outbox.clone(), inbox_config(args), config)?;
     let idle = Duration::from_secs(args.idle_exit);
     let total = group.run(cancel.clone(), Some(idle)).await?;
     let others = group

@@ -98,5 +98,10 @@ async fn events(argv: Vec<std::ffi::OsString>) -> ExitCode {
         }
     };
     // `events` takes the place of the program name: `orders events dlq list` runs `dlq list`.
-    event_runtime::cli::run(argv.into_iter().skip(1), orders::cli_app(&registry)).await
+    let topology = orders::topology(&Args::default());
+    event_runtime::cli::run(
+        argv.into_iter().skip(1),
+        orders::cli_app(&registry, &topology),
+    )
+    .await
 }

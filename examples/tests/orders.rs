@@ -192,11 +192,12 @@ fn run(args: &Args) -> Result<Report, RunError> {
 /// `orders events ARGS…` through the embedded entry point, output captured.
 fn events_cli(args: &[&str]) -> (ExitCode, String, String) {
     let registry = orders::registry().unwrap();
+    let topology = orders::topology(&orders::Args::default());
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let argv = std::iter::once("events").chain(args.iter().copied());
     let code = runtime().block_on(event_runtime::cli::run_with_output(
         argv,
-        orders::cli_app(&registry),
+        orders::cli_app(&registry, &topology),
         &mut out,
         &mut err,
     ));

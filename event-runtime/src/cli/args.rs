@@ -59,6 +59,22 @@ pub(super) enum Command {
     /// Check that every pending delivery and dead letter can be decoded by this application
     /// (embedded only; needs --database)
     Check,
+    /// The AsyncAPI 3.0.0 document of the application's events, relays, inboxes and handlers,
+    /// as JSON (embedded only)
+    Asyncapi {
+        /// Compare with FILE instead of printing, and fail when it differs (for CI)
+        #[arg(long, value_name = "FILE")]
+        check: Option<std::path::PathBuf>,
+    },
+    /// The event flow as a Mermaid flowchart: aggregate -> event -> handlers, relays and
+    /// subjects, inboxes (embedded only). With --database (or EVENTS_DATABASE_URL), each
+    /// handler, relay and inbox shows its backlog, dead letters, held events and gaps
+    Flow {
+        /// Compare the picture without counts with FILE instead of printing, and fail when it
+        /// differs (for CI)
+        #[arg(long, value_name = "FILE")]
+        check: Option<std::path::PathBuf>,
+    },
     /// Received events: the gaps in their aggregates' chains, re-fetching and accepting them
     #[command(subcommand)]
     Inbox(super::gaps::InboxCommand),

@@ -110,6 +110,19 @@ pub enum CliError {
         /// ([`OutboxStats::unknown_status`](crate::OutboxStats::unknown_status)).
         unknown_status: u64,
     },
+    /// `asyncapi --check FILE` or `flow --check FILE`: the file is not what the command
+    /// generates now (or cannot be read).
+    #[error("{file} is not the {what} of this application{}: regenerate it with `{command} > {file}` and review the diff", .detail.as_ref().map(|d| format!(" ({d})")).unwrap_or_default())]
+    OutOfDate {
+        /// The file compared.
+        file: String,
+        /// What it should hold (`AsyncAPI document`, `flow`).
+        what: &'static str,
+        /// The command that writes it.
+        command: String,
+        /// The first difference, or why the file could not be read.
+        detail: Option<String>,
+    },
     /// Writing the output failed.
     #[error("writing output failed")]
     Output(#[from] io::Error),

@@ -219,6 +219,7 @@
 mod args;
 mod catalog;
 mod connect;
+mod describe;
 mod dlq;
 mod error;
 mod format;
@@ -266,6 +267,7 @@ pub struct App<'a> {
     registry: Option<&'a Registry>,
     default_database: Option<&'a str>,
     outbox: Option<OutboxFactory<'a>>,
+    topology: Option<&'a crate::topology::Topology>,
 }
 
 impl std::fmt::Debug for App<'_> {
@@ -275,6 +277,7 @@ impl std::fmt::Debug for App<'_> {
             .field("registry", &self.registry.is_some())
             .field("default_database", &self.default_database)
             .field("outbox", &self.outbox.is_some())
+            .field("topology", &self.topology.is_some())
             .finish()
     }
 }
@@ -287,6 +290,7 @@ impl<'a> App<'a> {
             registry: None,
             default_database: None,
             outbox: None,
+            topology: None,
         }
     }
 
@@ -298,6 +302,7 @@ impl<'a> App<'a> {
             registry: Some(registry),
             default_database: None,
             outbox: None,
+            topology: None,
         }
     }
 
@@ -335,6 +340,15 @@ impl<'a> App<'a> {
     /// ```
     pub fn outbox(mut self, build: OutboxFactory<'a>) -> Self {
         self.outbox = Some(build);
+        self
+    }
+
+    /// Where the application's events travel beyond its process — its relays, inboxes and
+    /// handler options — for `asyncapi` and `flow`
+    /// ([`Topology`](crate::topology::Topology)). Without it, both describe only the
+    /// application's own events and handlers, and say so on standard error.
+    pub fn topology(mut self, topology: &'a crate::topology::Topology) -> Self {
+        self.topology = Some(topology);
         self
     }
 
@@ -586,6 +600,8 @@ async fn execute_io(cli: Cli, app: App<'_>, io: &mut Io<'_>) -> Result<(), CliEr
             let registry = app.registry.ok_or_else(|| no_registry(&app, "catalog"))?;
             catalog::print_catalog(registry, json, io)
         }
+        Command::Asyncapi { check } => describe::asyncapi(&app, check.as_deref(), io),
+        Command::Flow { check } => describe::flow(&target, &app, check.as_deref(), io).await,
         Command::Inbox(command) => gaps::run(&target.connect().await?, &app, command, io).await,
         Command::Relay(command) => relay::run(&target.connect().await?, &app, command, io).await,
         Command::Check => {

@@ -72,6 +72,8 @@ use std::time::{Duration, Instant};
 
 use event_core::{AnyEnvelope, DecodeError, DeliveryMode, RawEnvelope};
 use event_runtime::cli::App;
+use event_runtime::topology::Topology;
+use event_runtime::transport::nats::RelayConfig;
 use event_runtime::{
     BatchReport, Outbox, OutboxConfig, OutboxError, OutboxUnitOfWork, Registry, RegistryError,
     RetryPolicy, Store, StoreError,
@@ -519,8 +521,45 @@ pub fn registry() -> Result<Registry, RegistryError> {
 /// `orders events …`: the runtime's operations tool embedded in this example, on the
 /// example's default database. Pass it to [`event_runtime::cli::run`] or
 /// [`event_runtime::cli::run_with_output`].
-pub fn cli_app(registry: &Registry) -> App<'_> {
-    App::embedded("orders events", registry).default_database(DEFAULT_DATABASE)
+pub fn cli_app<'a>(registry: &'a Registry, topology: &'a Topology) -> App<'a> {
+    App::embedded("orders events", registry)
+        .default_database(DEFAULT_DATABASE)
+        .topology(topology)
+}
+
+/// The outbox's configuration.
+pub fn outbox_config() -> OutboxConfig {
+    OutboxConfig::default()
+        // Names this producer on every envelope (CloudEvents `source`): consumers key its
+        // aggregates, and their chains, by it.
+        .source("urn:example:orders")
+        .retry(retry_policy())
+        .poll_interval(Duration::from_millis(20))
+        // A batch takes well under a second; a process killed mid-batch leaves its claims to
+        // the next run after this long.
+        .lease(Duration::from_secs(10))
+}
+
+/// The NATS relay's configuration (`--nats`): every event to `<prefix>.<name>` in `stream`.
+pub fn relay_config(args: &Args) -> RelayConfig {
+    RelayConfig::new(&args.stream)
+        .subject_prefix(args.subject_prefix.clone())
+        .partitions(args.partitions)
+}
+
+/// Where the events of a run with `args` go, for `orders events asyncapi` and `orders events
+/// flow`: the relay of `--nats` (on `--nats`'s first server, else the default one).
+pub fn topology(args: &Args) -> Topology {
+    let server = args.nats.as_deref().unwrap_or("nats://127.0.0.1:4222");
+    Topology::new("orders", env!("CARGO_PKG_VERSION"))
+        .description(
+            "The orders service of the examples: imports a retail data set as orders, commits \
+             their events through its transactional outbox, and publishes every one to NATS \
+             JetStream for the billing service.",
+        )
+        .outbox_config(&outbox_config())
+        .server("nats", server)
+        .nats_relay(&relay_config(args))
 }
 
 /// `url` with its password, if any, replaced by `***`.
@@ -617,11 +656,9 @@ pub async fn run(args: &Args) -> Result<Report, RunError> {
                 args.partitions,
             )
             .await?;
-            let config = event_runtime::transport::nats::RelayConfig::new(&args.stream)
-                .subject_prefix(args.subject_prefix.clone())
-                .partitions(args.partitions);
             Some(event_runtime::transport::nats::NatsRelay::new(
-                client, config,
+                client,
+                relay_config(args),
             ))
         }
         None => None,
@@ -633,17 +670,7 @@ pub async fn run(args: &Args) -> Result<Report, RunError> {
     let outbox = builder
         .resource_arc(Arc::clone(&flaky))
         .expect_handlers(HANDLER_COUNT)
-        .config(
-            OutboxConfig::default()
-                // Names this producer on every envelope (CloudEvents `source`): consumers key
-                // its aggregates, and their chains, by it.
-                .source("urn:example:orders")
-                .retry(retry_policy())
-                .poll_interval(Duration::from_millis(20))
-                // A batch takes well under a second; a process killed mid-batch leaves its
-                // claims to the next run after this long.
-                .lease(Duration::from_secs(10)),
-        )
+        .config(outbox_config())
         .build()
         .map_err(RunError::Start)?;
     if let Some(relay) = &relay {

@@ -1,0 +1,638 @@
+//! The AsyncAPI 3.0.0 document of a [`Topology`] and a [`Registry`].
+//!
+//! Written by hand over `serde_json` rather than through a typed AsyncAPI crate: the Rust
+//! crates for AsyncAPI model 2.x (or read documents, not write them), and the document is a
+//! fixed shape of a dozen objects. What keeps it right is the test that validates it with the
+//! official parser (`@asyncapi/parser`, `tests/tests/asyncapi.rs`).
+//!
+//! Payload schemas come from the catalog (schemars, JSON Schema 2020-12, with `x-sensitive`
+//! on the fields marked `#[event(sensitive)]`); AsyncAPI resolves `$ref` against the whole
+//! document, so each schema's `$defs` are moved to `components.schemas` and its references
+//! rewritten, and its `$schema` key is dropped (the AsyncAPI Schema Object is a superset of
+//! JSON Schema draft 7, whose keywords these schemas use).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use event_core::{DeliveryMode, EventDescriptor, HandlerDescriptor};
+use serde_json::{json, Map, Value};
+
+use super::{ident, mode_name, Events, ReceiveRoute, SendRoute, Topology};
+use crate::dispatch::registry::Registry;
+use crate::RetryPolicy;
+
+/// The content type of every message: a CloudEvents structured-mode JSON event (CloudEvents
+/// NATS protocol binding 1.0).
+const CONTENT_TYPE: &str = "application/cloudevents+json";
+
+/// Partitions up to this many are listed as the `{partition}` parameter's `enum`; above, the
+/// parameter says the range.
+const ENUM_PARTITIONS: u32 = 64;
+
+/// The AsyncAPI 3.0.0 document of `topology` over the event types and handlers of
+/// `registry`, as JSON (pretty-print it with `serde_json::to_string_pretty`; object keys are
+/// sorted, so the text is the same on every run).
+///
+/// - `channels`: one per subject an event travels on (see the [module](super)), with every
+///   registered version of the event as a message;
+/// - `operations`: `send` per relay and channel (its message the event's newest version,
+///   the one the application's code commits), `receive` per handler and channel of each
+///   inbox (its messages the versions the handler takes, older ones through upcasters);
+/// - `components.messages`: each (name, version), `name` the event name, the payload the
+///   CloudEvents envelope whose `data` is the event's JSON Schema (in `components.schemas`),
+///   the NATS headers `Nats-Msg-Id` and `Content-Type`;
+/// - extensions: `x-events-retry` (attempts, backoff in milliseconds) and
+///   `x-events-dead-letter` on operations, `x-events-handler` and `x-events-inbox` on receive
+///   operations, `x-events-relay` on send operations, `x-events-local-handlers` and
+///   `x-events-dead-letter-queue` at the root.
+pub fn asyncapi(registry: &Registry, topology: &Topology) -> Value {
+    let events = Events::of(registry);
+    let mut doc = Doc::new(topology, &events);
+    for route in &topology.sends {
+        doc.send(route);
+    }
+    for route in &topology.receives {
+        doc.receive(route);
+    }
+    doc.finish()
+}
+
+struct Doc<'a, 'r> {
+    topology: &'a Topology,
+    events: &'a Events<'r>,
+    channels: Map<String, Value>,
+    /// Channel id by (transport, stream, address).
+    channel_ids: BTreeMap<(String, String, String), String>,
+    operations: Map<String, Value>,
+    messages: Map<String, Value>,
+    schemas: Map<String, Value>,
+}
+
+impl<'a, 'r> Doc<'a, 'r> {
+    fn new(topology: &'a Topology, events: &'a Events<'r>) -> Self {
+        let mut doc = Doc {
+            topology,
+            events,
+            channels: Map::new(),
+            channel_ids: BTreeMap::new(),
+            operations: Map::new(),
+            messages: Map::new(),
+            schemas: Map::new(),
+        };
+        let ids: BTreeSet<String> = events
+            .by_name
+            .values()
+            .flatten()
+            .map(|e| message_id(e))
+            .collect();
+        for versions in events.by_name.values() {
+            for e in versions {
+                doc.message(e, &ids);
+            }
+        }
+        doc
+    }
+
+    /// The message of `e` and its schema, in the components.
+    fn message(&mut self, e: &EventDescriptor, ids: &BTreeSet<String>) {
+        let id = message_id(e);
+        let data = match crate::privacy::schema_of(e) {
+            Some(schema) => {
+                let schema = hoist(schema, &id, ids, &mut self.schemas);
+                self.schemas.insert(id.clone(), schema);
+                json!({ "$ref": format!("#/components/schemas/{id}") })
+            }
+            None => json!({
+                "description": "No JSON Schema: the Rust type does not derive schemars::JsonSchema."
+            }),
+        };
+        let mut message = json!({
+            "name": e.name,
+            "title": format!("{} v{}", e.name, e.version),
+            "contentType": CONTENT_TYPE,
+            "headers": nats_headers(),
+            "payload": envelope_schema(e, data),
+            "x-events-version": e.version,
+            "x-events-aggregate-type": e.aggregate_type,
+            "x-events-rust-type": e.type_name,
+        });
+        if let Some(up) = &e.upcast_from {
+            message["x-events-upcast-from"] = json!((up.from)().version);
+        }
+        if !e.sensitive_fields.is_empty() {
+            message["x-events-sensitive-fields"] = json!(e.sensitive_fields);
+        }
+        self.messages.insert(id, message);
+    }
+
+    /// The channel of `name` on (`transport`, `stream`) through `subjects`, created on first
+    /// use; its id.
+    fn channel(
+        &mut self,
+        transport: &str,
+        stream: &str,
+        subjects: &super::Subjects,
+        name: &str,
+    ) -> String {
+        let address = subjects.address(name);
+        let key = (transport.to_owned(), stream.to_owned(), address.clone());
+        if let Some(id) = self.channel_ids.get(&key) {
+            return id.clone();
+        }
+        let base = ident(&subjects.base(name));
+        let mut id = base.clone();
+        let mut n = 1;
+        while self.channels.contains_key(&id) {
+            n += 1;
+            id = format!("{base}_{n}");
+        }
+        let mut messages = Map::new();
+        for e in self.events.by_name.get(name).into_iter().flatten() {
+            let m = message_id(e);
+            messages.insert(
+                m.clone(),
+                json!({ "$ref": format!("#/components/messages/{m}") }),
+            );
+        }
+        let mut parameters = Map::new();
+        if subjects.partitions > 1 {
+            parameters.insert("partition".into(), partition_parameter(subjects.partitions));
+        }
+        if subjects.aggregate_token {
+            parameters.insert(
+                "aggregate".into(),
+                json!({ "description": "The aggregate id, each character a subject token cannot \
+                    hold (`.`, `*`, `>`, white space) written as `_`." }),
+            );
+        }
+        let mut channel = json!({
+            "address": address,
+            "title": name,
+            "description": format!(
+                "The events `{name}` on the {} stream `{stream}`.",
+                transport_name(transport)
+            ),
+            "messages": messages,
+            "x-events-stream": stream,
+            "x-events-partitions": subjects.partitions,
+        });
+        if !parameters.is_empty() {
+            channel["parameters"] = Value::Object(parameters);
+        }
+        let servers: Vec<Value> = self
+            .topology
+            .servers
+            .iter()
+            .filter(|(_, s)| s.protocol == transport)
+            .map(|(n, _)| json!({ "$ref": format!("#/servers/{}", pointer_escape(n)) }))
+            .collect();
+        if !servers.is_empty() {
+            channel["servers"] = Value::Array(servers);
+        }
+        self.channels.insert(id.clone(), channel);
+        self.channel_ids.insert(key, id.clone());
+        id
+    }
+
+    fn send(&mut self, route: &SendRoute) {
+        let names: Vec<&str> = self
+            .events
+            .by_name
+            .keys()
+            .copied()
+            .filter(|n| route.subjects.publishes(n))
+            .collect();
+        for name in names {
+            let channel = self.channel(route.transport, &route.stream, &route.subjects, name);
+            // The newest version: the one the application's code commits (older ones are
+            // registered to read what was written before).
+            let newest: Vec<&EventDescriptor> = self.events.by_name[name]
+                .last()
+                .copied()
+                .into_iter()
+                .collect();
+            let id = unique(&self.operations, format!("send_{channel}"));
+            let operation = json!({
+                "action": "send",
+                "channel": { "$ref": format!("#/channels/{channel}") },
+                "title": format!("Publish {name}"),
+                "summary": format!(
+                    "The relay `{}` publishes each committed `{name}` after its transaction commits, \
+                     at most one unacknowledged publish per aggregate.",
+                    route.destination
+                ),
+                "messages": channel_messages(&channel, &newest),
+                "x-events-relay": {
+                    "destination": route.destination,
+                    "stream": route.stream,
+                    "inFlight": route.in_flight,
+                },
+                "x-events-retry": retry(&route.retry),
+                "x-events-dead-letter": { "handler": route.destination },
+            });
+            self.operations.insert(id, operation);
+        }
+    }
+
+    fn receive(&mut self, route: &ReceiveRoute) {
+        let names: Vec<&str> = self
+            .events
+            .by_name
+            .keys()
+            .copied()
+            .filter(|n| route.receives(n))
+            .collect();
+        for name in names {
+            let channel = self.channel(route.transport, &route.stream, &route.subjects, name);
+            for handler in self.events.handlers_of(name) {
+                let versions = self.events.taken_by(name, handler);
+                let id = unique(
+                    &self.operations,
+                    format!("receive_{}_{channel}", ident(handler.name)),
+                );
+                let mut operation = json!({
+                    "action": "receive",
+                    "channel": { "$ref": format!("#/channels/{channel}") },
+                    "title": format!("{} handles {name}", handler.name),
+                    "summary": format!(
+                        "The inbox `{}` commits each received `{name}` into this service's outbox; \
+                         the handler `{}` runs {}.",
+                        route.inbox,
+                        handler.name,
+                        match handler.mode {
+                            DeliveryMode::InTransaction => "in that transaction",
+                            DeliveryMode::AfterCommit => "after it commits, in each aggregate's order",
+                        }
+                    ),
+                    "messages": channel_messages(&channel, &versions),
+                    "x-events-handler": handler_extension(handler),
+                    "x-events-inbox": {
+                        "name": route.inbox,
+                        "durable": route.durable,
+                        "stream": route.stream,
+                        "filterSubject": route.filter,
+                        "maxDeliver": route.max_deliver,
+                        "ackWaitMs": route.ack_wait.as_millis() as u64,
+                        "deadLetter": { "handler": route.inbox },
+                    },
+                });
+                self.delivery_extensions(&mut operation, handler, &route.inbox);
+                self.operations.insert(id, operation);
+            }
+        }
+    }
+
+    /// `x-events-retry` and `x-events-dead-letter` of `handler`: an in-transaction handler is
+    /// not retried, and what it refuses is a dead letter of `commit_dead_letters` (the inbox).
+    fn delivery_extensions(
+        &self,
+        target: &mut Value,
+        handler: &HandlerDescriptor,
+        commit_dead_letters: &str,
+    ) {
+        match handler.mode {
+            DeliveryMode::AfterCommit => {
+                target["x-events-retry"] = retry(&self.topology.retry_of(handler.name));
+                target["x-events-dead-letter"] = json!({ "handler": handler.name });
+            }
+            DeliveryMode::InTransaction => {
+                target["x-events-retry"] = Value::Null;
+                target["x-events-dead-letter"] = json!({ "handler": commit_dead_letters });
+            }
+        }
+    }
+
+    /// Handlers of the events no inbox receives: the application's own events.
+    fn local_handlers(&self) -> Vec<Value> {
+        let mut by_handler: BTreeMap<&str, (&HandlerDescriptor, Vec<String>)> = BTreeMap::new();
+        for (name, _) in &self.events.by_name {
+            if self.topology.receivers_of(name).next().is_some() {
+                continue;
+            }
+            for handler in self.events.handlers_of(name) {
+                let entry = by_handler
+                    .entry(handler.name)
+                    .or_insert_with(|| (handler, Vec::new()));
+                for e in self.events.taken_by(name, handler) {
+                    entry.1.push(format!("{} v{}", e.name, e.version));
+                }
+            }
+        }
+        by_handler
+            .values()
+            .map(|(handler, events)| {
+                let mut entry = json!({
+                    "handler": handler_extension(handler),
+                    "events": events,
+                });
+                self.delivery_extensions(&mut entry, handler, "the committing transaction");
+                if handler.mode == DeliveryMode::InTransaction {
+                    // Its error aborts the commit: nothing is dead-lettered.
+                    entry["x-events-dead-letter"] = Value::Null;
+                }
+                entry
+            })
+            .collect()
+    }
+
+    fn finish(self) -> Value {
+        let t = self.topology;
+        let description = t.description.clone().unwrap_or_else(|| {
+            format!(
+                "The events of `{}`, generated by `events asyncapi` from its event registry and \
+                 routes. Every message is a CloudEvents 1.0 structured-mode JSON event; each \
+                 aggregate's events carry their `sequence`, and a consumer's inbox applies them \
+                 in that order.",
+                t.title
+            )
+        });
+        let mut doc = json!({
+            "asyncapi": "3.0.0",
+            "info": { "title": t.title, "version": t.version, "description": description },
+            "defaultContentType": CONTENT_TYPE,
+            "channels": self.channels,
+            "operations": self.operations,
+            "components": { "messages": self.messages, "schemas": self.schemas },
+            "x-events-local-handlers": self.local_handlers(),
+            "x-events-dead-letter-queue": {
+                "table": "event_dead_letters",
+                "list": "events dlq list --handler HANDLER",
+                "replay": "events dlq replay --handler HANDLER --reason TEXT",
+            },
+        });
+        if !t.servers.is_empty() {
+            let servers: Map<String, Value> = t
+                .servers
+                .iter()
+                .map(|(name, s)| {
+                    (
+                        name.clone(),
+                        json!({ "host": s.host, "protocol": s.protocol }),
+                    )
+                })
+                .collect();
+            doc["servers"] = Value::Object(servers);
+        }
+        doc
+    }
+}
+
+/// `order_placed_v2`.
+fn message_id(e: &EventDescriptor) -> String {
+    format!("{}_v{}", ident(e.name), e.version)
+}
+
+/// `id`, or `id_2`, `id_3` … when `map` has it.
+fn unique(map: &Map<String, Value>, id: String) -> String {
+    let mut candidate = id.clone();
+    let mut n = 1;
+    while map.contains_key(&candidate) {
+        n += 1;
+        candidate = format!("{id}_{n}");
+    }
+    candidate
+}
+
+fn channel_messages(channel: &str, versions: &[&EventDescriptor]) -> Vec<Value> {
+    versions
+        .iter()
+        .map(|e| json!({ "$ref": format!("#/channels/{channel}/messages/{}", message_id(e)) }))
+        .collect()
+}
+
+fn transport_name(transport: &str) -> &str {
+    match transport {
+        "nats" => "NATS JetStream",
+        other => other,
+    }
+}
+
+fn partition_parameter(partitions: u32) -> Value {
+    let description = format!(
+        "The aggregate's partition, 0 to {}: XXH3-64(aggregate type, byte 0x00, aggregate id) \
+         mod {partitions}, so that every event of an aggregate takes one partition.",
+        partitions - 1
+    );
+    if partitions <= ENUM_PARTITIONS {
+        let values: Vec<String> = (0..partitions).map(|p| p.to_string()).collect();
+        json!({ "description": description, "enum": values })
+    } else {
+        json!({ "description": description, "examples": ["0", (partitions - 1).to_string()] })
+    }
+}
+
+fn retry(policy: &RetryPolicy) -> Value {
+    json!({
+        "maxAttempts": policy.max_attempts,
+        "initialBackoffMs": policy.initial_backoff.as_millis() as u64,
+        "maxBackoffMs": policy.max_backoff.as_millis() as u64,
+        "jitter": "full",
+    })
+}
+
+fn handler_extension(handler: &HandlerDescriptor) -> Value {
+    json!({
+        "name": handler.name,
+        "delivery": mode_name(handler.mode),
+        "ordered": handler.ordered,
+        "priority": handler.priority,
+    })
+}
+
+/// The NATS headers the relay sets.
+fn nats_headers() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "Nats-Msg-Id": {
+                "type": "string",
+                "format": "uuid",
+                "description": "The event id: JetStream drops a publish of the same id within \
+                    the stream's duplicate window.",
+            },
+            "Content-Type": { "const": CONTENT_TYPE },
+        },
+        "required": ["Nats-Msg-Id", "Content-Type"],
+    })
+}
+
+/// The CloudEvents envelope of `e` whose `data` is `data` (see `event_core::RawEnvelope`'s
+/// wire format).
+fn envelope_schema(e: &EventDescriptor, data: Value) -> Value {
+    json!({
+        "type": "object",
+        "description": "A CloudEvents 1.0 structured-mode JSON event: the envelope's attributes, \
+            and the payload as `data`.",
+        "required": [
+            "specversion", "id", "source", "type", "subject", "time", "datacontenttype",
+            "schemaversion", "aggregatetype", "sequence", "data"
+        ],
+        "properties": {
+            "specversion": { "const": "1.0" },
+            "id": {
+                "type": "string",
+                "format": "uuid",
+                "description": "The event id (a UUID v7): with a handler's name, the idempotency key.",
+            },
+            "source": {
+                "type": "string",
+                "format": "uri-reference",
+                "description": "The producing service; consumers key its aggregates by it.",
+            },
+            "type": { "const": e.name },
+            "subject": { "type": "string", "description": "The aggregate id." },
+            "time": { "type": "string", "format": "date-time" },
+            "datacontenttype": { "const": "application/json" },
+            "schemaversion": { "const": e.version },
+            "aggregatetype": { "const": e.aggregate_type },
+            "sequence": {
+                "type": "string",
+                "pattern": "^[0-9]{20}$",
+                "description": "The event's position in its aggregate, from 1, zero-padded to 20 \
+                    digits (CloudEvents sequence extension).",
+            },
+            "prevsequence": {
+                "type": ["string", "integer"],
+                "description": "Set by the relay: the sequence of the previous event of the \
+                    aggregate it published (0: none). The inbox holds an event until that one \
+                    was applied.",
+            },
+            "correlationid": { "type": "string" },
+            "causationid": { "type": "string" },
+            "traceparent": {
+                "type": "string",
+                "description": "W3C Trace Context of the event's creation (CloudEvents \
+                    distributed tracing extension).",
+            },
+            "tracestate": { "type": "string" },
+            "data": data,
+        },
+    })
+}
+
+/// `schema` with its `$defs` (and draft 7 `definitions`) moved into `schemas` and its
+/// references rewritten to them; its `$schema` dropped. A definition takes its own name when
+/// that is free or holds the same schema, else `<owner>_<name>`. `reserved` are the names of
+/// the events' own schemas.
+fn hoist(
+    mut schema: Value,
+    owner: &str,
+    reserved: &BTreeSet<String>,
+    schemas: &mut Map<String, Value>,
+) -> Value {
+    let Value::Object(map) = &mut schema else {
+        return schema;
+    };
+    map.remove("$schema");
+    let mut defs: Vec<(String, Value)> = Vec::new();
+    let mut renames: Vec<(String, String)> = Vec::new();
+    for key in ["$defs", "definitions"] {
+        let Some(Value::Object(found)) = map.remove(key) else {
+            continue;
+        };
+        for (name, def) in found {
+            let own = ident(&name);
+            let free = |n: &str| {
+                !reserved.contains(n)
+                    && schemas.get(n).is_none_or(|v| *v == def)
+                    && !defs.iter().any(|(d, _)| d == n)
+            };
+            let mut target = if free(&own) {
+                own.clone()
+            } else {
+                format!("{owner}_{own}")
+            };
+            let mut n = 1;
+            while !free(&target) {
+                n += 1;
+                target = format!("{owner}_{own}_{n}");
+            }
+            renames.push((
+                format!("#/{key}/{name}"),
+                format!("#/components/schemas/{target}"),
+            ));
+            defs.push((target, def));
+        }
+    }
+    rewrite_refs(&mut schema, &renames);
+    for (target, mut def) in defs {
+        rewrite_refs(&mut def, &renames);
+        schemas.insert(target, def);
+    }
+    schema
+}
+
+/// Rewrites every `$ref` under `value` that is `from` or starts with `from/`.
+fn rewrite_refs(value: &mut Value, renames: &[(String, String)]) {
+    match value {
+        Value::Object(map) => {
+            if let Some(Value::String(r)) = map.get_mut("$ref") {
+                for (from, to) in renames {
+                    if let Some(rest) = r.strip_prefix(from.as_str()) {
+                        if rest.is_empty() || rest.starts_with('/') {
+                            *r = format!("{to}{rest}");
+                            break;
+                        }
+                    }
+                }
+            }
+            for v in map.values_mut() {
+                rewrite_refs(v, renames);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| rewrite_refs(v, renames)),
+        _ => {}
+    }
+}
+
+/// `s` escaped as a JSON Pointer token (RFC 6901: `~` as `~0`, `/` as `~1`).
+fn pointer_escape(s: &str) -> String {
+    s.replace('~', "~0").replace('/', "~1")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn definitions_move_to_the_components_and_references_follow() {
+        let mut schemas = Map::new();
+        let reserved = BTreeSet::from(["a_v1".to_owned(), "b_v1".to_owned()]);
+        let a = hoist(
+            json!({
+                "$schema": "https://json-schema.org/draft/2020-12/schema",
+                "properties": { "m": { "$ref": "#/$defs/Money" } },
+                "$defs": { "Money": { "type": "string" } }
+            }),
+            "a_v1",
+            &reserved,
+            &mut schemas,
+        );
+        assert_eq!(
+            a,
+            json!({ "properties": { "m": { "$ref": "#/components/schemas/Money" } } })
+        );
+        // The same definition is shared; another one of the same name gets its owner's prefix.
+        let b = hoist(
+            json!({
+                "properties": {
+                    "m": { "$ref": "#/$defs/Money" },
+                    "n": { "$ref": "#/$defs/Note/properties/x" }
+                },
+                "$defs": { "Money": { "type": "integer" }, "Note": { "type": "object" } }
+            }),
+            "b_v1",
+            &reserved,
+            &mut schemas,
+        );
+        assert_eq!(
+            b["properties"]["m"]["$ref"],
+            "#/components/schemas/b_v1_Money"
+        );
+        assert_eq!(
+            b["properties"]["n"]["$ref"],
+            "#/components/schemas/Note/properties/x"
+        );
+        assert_eq!(schemas["Money"], json!({ "type": "string" }));
+        assert_eq!(schemas["b_v1_Money"], json!({ "type": "integer" }));
+    }
+}
