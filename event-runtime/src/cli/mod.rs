@@ -23,6 +23,9 @@
 //!   catalog [--json]      (embedded only: the application's event types)
 //!   check                 (embedded only: every pending delivery and dead letter decodes,
 //!                          and the engine can read every delivery row)
+//!   asyncapi [--check FILE]  (embedded only: the AsyncAPI 3.0.0 document of the application)
+//!   flow     [--check FILE]  (embedded only: the event flow as Mermaid; with --database, live
+//!                             counts)
 //!   nats stream create|check [NAME] [--nats URL] [--subject S]... [--duplicate-window SECS]
 //!                         [--max-msg-size BYTES]   (feature `nats`; NATS only, no database)
 //!   nats inbox show DURABLE [--stream S] [--nats URL]         (feature `nats`)
@@ -96,6 +99,16 @@
 //! - `check` (embedded) fails, listing them, when a pending delivery names a handler the
 //!   application does not have or does not decode with its event types, when an open dead
 //!   letter does not decode, and when a delivery row is unreadable or in an unknown status.
+//! - `asyncapi` (embedded) prints the AsyncAPI 3.0.0 document of the application's events and
+//!   routes ([`crate::topology::asyncapi`]), `flow` the Mermaid picture of its flow
+//!   ([`crate::topology::flow`]), from its registry and the [`Topology`](crate::topology::Topology)
+//!   it hands over with [`App::topology`] (without one, both show its own events and handlers
+//!   and say so on standard error). `flow` with a database named by `--database` or
+//!   `EVENTS_DATABASE_URL` (not the application's default) adds each handler's and relay's
+//!   pending deliveries, oldest age, dead letters and pause, and each inbox's held events and
+//!   open gaps. Without counts both are the same text on every run: `--check FILE` compares
+//!   with a committed copy instead of printing, and fails naming the first differing line and
+//!   the command that writes it again.
 //! - `handler purge OLD` and `handler retarget OLD --to NEW` (embedded) deal with what a
 //!   handler that no longer exists left (one replaced by an event union, say: start-up logs
 //!   them): `purge` gives up on its pending deliveries and open dead letters

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use event_core::{DeliveryMode, EventDescriptor, HandlerDescriptor};
 use serde_json::{json, Map, Value};
 
-use super::{ident, mode_name, Events, ReceiveRoute, SendRoute, Topology};
+use super::{ident, mode_name, Events, ReceiveRoute, SendRoute, Topology, Transport};
 use crate::dispatch::registry::Registry;
 use crate::RetryPolicy;
 
@@ -39,7 +39,7 @@ const ENUM_PARTITIONS: u32 = 64;
 ///   inbox (its messages the versions the handler takes, older ones through upcasters);
 /// - `components.messages`: each (name, version), `name` the event name, the payload the
 ///   CloudEvents envelope whose `data` is the event's JSON Schema (in `components.schemas`),
-///   the NATS headers `Nats-Msg-Id` and `Content-Type`;
+///   the headers its transport sets (NATS: `Nats-Msg-Id`, `Content-Type`);
 /// - extensions: `x-events-retry` (attempts, backoff in milliseconds) and
 ///   `x-events-dead-letter` on operations, `x-events-handler` and `x-events-inbox` on receive
 ///   operations, `x-events-relay` on send operations, `x-events-local-handlers` and
@@ -69,6 +69,15 @@ struct Doc<'a, 'r> {
 
 impl<'a, 'r> Doc<'a, 'r> {
     fn new(topology: &'a Topology, events: &'a Events<'r>) -> Self {
+        // The headers of the transport the events travel on (the first route's: one
+        // transport per application so far).
+        let headers = topology
+            .sends
+            .iter()
+            .map(|r| r.transport)
+            .chain(topology.receives.iter().map(|r| r.transport))
+            .next()
+            .map(|t| (t.headers)());
         let mut doc = Doc {
             topology,
             events,
@@ -86,14 +95,14 @@ impl<'a, 'r> Doc<'a, 'r> {
             .collect();
         for versions in events.by_name.values() {
             for e in versions {
-                doc.message(e, &ids);
+                doc.message(e, &ids, headers.as_ref());
             }
         }
         doc
     }
 
     /// The message of `e` and its schema, in the components.
-    fn message(&mut self, e: &EventDescriptor, ids: &BTreeSet<String>) {
+    fn message(&mut self, e: &EventDescriptor, ids: &BTreeSet<String>, headers: Option<&Value>) {
         let id = message_id(e);
         let data = match crate::privacy::schema_of(e) {
             Some(schema) => {
@@ -109,12 +118,14 @@ impl<'a, 'r> Doc<'a, 'r> {
             "name": e.name,
             "title": format!("{} v{}", e.name, e.version),
             "contentType": CONTENT_TYPE,
-            "headers": nats_headers(),
             "payload": envelope_schema(e, data),
             "x-events-version": e.version,
             "x-events-aggregate-type": e.aggregate_type,
             "x-events-rust-type": e.type_name,
         });
+        if let Some(headers) = headers {
+            message["headers"] = headers.clone();
+        }
         if let Some(up) = &e.upcast_from {
             message["x-events-upcast-from"] = json!((up.from)().version);
         }
@@ -128,13 +139,17 @@ impl<'a, 'r> Doc<'a, 'r> {
     /// use; its id.
     fn channel(
         &mut self,
-        transport: &str,
+        transport: Transport,
         stream: &str,
         subjects: &super::Subjects,
         name: &str,
     ) -> String {
         let address = subjects.address(name);
-        let key = (transport.to_owned(), stream.to_owned(), address.clone());
+        let key = (
+            transport.protocol.to_owned(),
+            stream.to_owned(),
+            address.clone(),
+        );
         if let Some(id) = self.channel_ids.get(&key) {
             return id.clone();
         }
@@ -167,10 +182,7 @@ impl<'a, 'r> Doc<'a, 'r> {
         let mut channel = json!({
             "address": address,
             "title": name,
-            "description": format!(
-                "The events `{name}` on the {} stream `{stream}`.",
-                transport_name(transport)
-            ),
+            "description": format!("The events `{name}` on the {} stream `{stream}`.", transport.title),
             "messages": messages,
             "x-events-stream": stream,
             "x-events-partitions": subjects.partitions,
@@ -182,7 +194,7 @@ impl<'a, 'r> Doc<'a, 'r> {
             .topology
             .servers
             .iter()
-            .filter(|(_, s)| s.protocol == transport)
+            .filter(|(_, s)| s.protocol == transport.protocol)
             .map(|(n, _)| json!({ "$ref": format!("#/servers/{}", pointer_escape(n)) }))
             .collect();
         if !servers.is_empty() {
@@ -304,7 +316,7 @@ impl<'a, 'r> Doc<'a, 'r> {
     /// Handlers of the events no inbox receives: the application's own events.
     fn local_handlers(&self) -> Vec<Value> {
         let mut by_handler: BTreeMap<&str, (&HandlerDescriptor, Vec<String>)> = BTreeMap::new();
-        for (name, _) in &self.events.by_name {
+        for name in self.events.by_name.keys() {
             if self.topology.receivers_of(name).next().is_some() {
                 continue;
             }
@@ -399,13 +411,6 @@ fn channel_messages(channel: &str, versions: &[&EventDescriptor]) -> Vec<Value> 
         .collect()
 }
 
-fn transport_name(transport: &str) -> &str {
-    match transport {
-        "nats" => "NATS JetStream",
-        other => other,
-    }
-}
-
 fn partition_parameter(partitions: u32) -> Value {
     let description = format!(
         "The aggregate's partition, 0 to {}: XXH3-64(aggregate type, byte 0x00, aggregate id) \
@@ -435,23 +440,6 @@ fn handler_extension(handler: &HandlerDescriptor) -> Value {
         "delivery": mode_name(handler.mode),
         "ordered": handler.ordered,
         "priority": handler.priority,
-    })
-}
-
-/// The NATS headers the relay sets.
-fn nats_headers() -> Value {
-    json!({
-        "type": "object",
-        "properties": {
-            "Nats-Msg-Id": {
-                "type": "string",
-                "format": "uuid",
-                "description": "The event id: JetStream drops a publish of the same id within \
-                    the stream's duplicate window.",
-            },
-            "Content-Type": { "const": CONTENT_TYPE },
-        },
-        "required": ["Nats-Msg-Id", "Content-Type"],
     })
 }
 

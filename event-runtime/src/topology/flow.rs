@@ -1,6 +1,6 @@
 //! The event flow of a [`Topology`] and a [`Registry`] as a Mermaid flowchart.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use event_core::{DeliveryMode, EventDescriptor};
@@ -80,7 +80,7 @@ pub fn flow(registry: &Registry, topology: &Topology, counts: Option<&FlowCounts
     let mut nodes = String::new();
     let mut shared = String::new();
     let mut edges = String::new();
-    let mut aggregates: BTreeMap<&str, ()> = BTreeMap::new();
+    let mut aggregates: BTreeSet<&str> = BTreeSet::new();
     let mut handlers: BTreeMap<&str, DeliveryMode> = BTreeMap::new();
 
     for (name, versions) in &events.by_name {
@@ -93,7 +93,7 @@ pub fn flow(registry: &Registry, topology: &Topology, counts: Option<&FlowCounts
                 label(&format!("{} v{}", e.name, e.version))
             );
             if receivers.is_empty() {
-                aggregates.insert(e.aggregate_type, ());
+                aggregates.insert(e.aggregate_type);
                 let _ = writeln!(edges, "  {app}_agg_{} --> {node}", ident(e.aggregate_type));
             }
             for r in &receivers {
@@ -126,7 +126,7 @@ pub fn flow(registry: &Registry, topology: &Topology, counts: Option<&FlowCounts
         }
         for route in topology.senders_of(name) {
             let subject = subject_node(
-                route.transport,
+                route.transport.protocol,
                 &route.stream,
                 &route.subjects.address(name),
             );
@@ -146,7 +146,7 @@ pub fn flow(registry: &Registry, topology: &Topology, counts: Option<&FlowCounts
         }
         for route in &receivers {
             let subject = subject_node(
-                route.transport,
+                route.transport.protocol,
                 &route.stream,
                 &route.subjects.address(name),
             );
@@ -157,7 +157,7 @@ pub fn flow(registry: &Registry, topology: &Topology, counts: Option<&FlowCounts
             );
         }
     }
-    for aggregate in aggregates.keys() {
+    for aggregate in &aggregates {
         let _ = writeln!(
             nodes,
             "    {app}_agg_{}([\"aggregate {}\"])",
@@ -194,7 +194,7 @@ pub fn flow(registry: &Registry, topology: &Topology, counts: Option<&FlowCounts
         {
             let address = route.subjects.address(name);
             subjects.insert(
-                subject_node(route.transport, &route.stream, &address),
+                subject_node(route.transport.protocol, &route.stream, &address),
                 address,
             );
         }
@@ -227,7 +227,7 @@ pub fn flow(registry: &Registry, topology: &Topology, counts: Option<&FlowCounts
         for name in events.by_name.keys().filter(|n| route.receives(n)) {
             let address = route.subjects.address(name);
             subjects.insert(
-                subject_node(route.transport, &route.stream, &address),
+                subject_node(route.transport.protocol, &route.stream, &address),
                 address,
             );
         }

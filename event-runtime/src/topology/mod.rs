@@ -10,6 +10,7 @@
 //! to the embedded tool with [`App::topology`](crate::cli::App::topology).
 //!
 //! ```
+//! # #[cfg(feature = "nats")] {
 //! use event_core::DomainEvent;
 //! use event_runtime::topology::{self, Topology};
 //! use event_runtime::transport::nats::RelayConfig;
@@ -34,6 +35,7 @@
 //!     "events.{partition}.order.placed"
 //! );
 //! println!("{}", topology::flow(&registry, &topology, None));
+//! # }
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
@@ -134,10 +136,22 @@ impl Subjects {
     }
 }
 
+/// What the documents say about a transport: its AsyncAPI protocol, its name for people, and
+/// the headers its messages carry (a JSON Schema).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Transport {
+    /// The AsyncAPI protocol (`nats`), also the scheme of its servers' URLs.
+    pub(crate) protocol: &'static str,
+    /// `NATS JetStream`.
+    pub(crate) title: &'static str,
+    /// The schema of the headers of its messages.
+    pub(crate) headers: fn() -> serde_json::Value,
+}
+
 /// A relay: the events it publishes and where.
 #[derive(Debug, Clone)]
 pub(crate) struct SendRoute {
-    pub(crate) transport: &'static str,
+    pub(crate) transport: Transport,
     /// The destination's name (`nats:EVENTS`).
     pub(crate) destination: String,
     pub(crate) stream: String,
@@ -149,7 +163,7 @@ pub(crate) struct SendRoute {
 /// An inbox: the events it receives and from where.
 #[derive(Debug, Clone)]
 pub(crate) struct ReceiveRoute {
-    pub(crate) transport: &'static str,
+    pub(crate) transport: Transport,
     /// The handler name of its dead letters (`nats-inbox:billing`).
     pub(crate) inbox: String,
     pub(crate) stream: String,
@@ -272,62 +286,6 @@ impl Topology {
         self.sends
             .iter()
             .filter(move |s| s.subjects.publishes(name))
-    }
-}
-
-#[cfg(feature = "nats")]
-impl Topology {
-    /// A NATS relay ([`NatsRelay`](crate::transport::nats::NatsRelay)) with this
-    /// configuration: each event it publishes is a channel on its subject, with one send
-    /// operation.
-    pub fn nats_relay(mut self, config: &crate::transport::nats::RelayConfig) -> Self {
-        self.sends.push(SendRoute {
-            transport: "nats",
-            destination: config.name.clone(),
-            stream: config.stream.clone(),
-            subjects: nats_subjects(config),
-            retry: config.retry,
-            in_flight: config.in_flight,
-        });
-        self
-    }
-
-    /// A NATS inbox ([`NatsInbox`](crate::transport::nats::NatsInbox) or a
-    /// [`NatsGroup`](crate::transport::nats::NatsGroup)) with this configuration, reading what
-    /// a producer's relay configured as `producer` publishes (its subject prefix, subjects,
-    /// partitions and events: the inbox's own configuration does not say which subject carries
-    /// which event). It receives each registered event whose subject falls within its filter.
-    pub fn nats_inbox(
-        mut self,
-        config: &crate::transport::nats::InboxConfig,
-        producer: &crate::transport::nats::RelayConfig,
-    ) -> Self {
-        self.receives.push(ReceiveRoute {
-            transport: "nats",
-            inbox: format!("nats-inbox:{}", config.durable),
-            stream: config.stream.clone(),
-            durable: config.durable.clone(),
-            filter: config.filter_subject.clone(),
-            subjects: nats_subjects(producer),
-            max_deliver: config.max_deliver,
-            ack_wait: config.ack_wait,
-        });
-        self
-    }
-}
-
-#[cfg(feature = "nats")]
-fn nats_subjects(config: &crate::transport::nats::RelayConfig) -> Subjects {
-    Subjects {
-        prefix: config.subject_prefix.clone(),
-        overrides: config
-            .subjects
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect(),
-        partitions: config.partitions,
-        aggregate_token: config.aggregate_token,
-        events: config.events.as_ref().map(|e| e.iter().cloned().collect()),
     }
 }
 

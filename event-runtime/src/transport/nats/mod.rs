@@ -247,6 +247,7 @@ mod inbox;
 mod partition;
 mod relay;
 mod stream;
+mod topology;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
