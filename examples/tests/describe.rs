@@ -132,16 +132,35 @@ fn the_billing_documents_match_their_committed_copies() {
 /// the subjects the relay publishes to and the inbox reads.
 #[test]
 fn the_readme_picture_is_the_orders_flow_then_billings() {
-    let orders = std::fs::read_to_string(committed("orders.flow.mmd")).unwrap();
-    let billing = std::fs::read_to_string(committed("billing.flow.mmd")).unwrap();
+    // Blessing, the flows as generated now (the other tests may be rewriting the files).
+    let (orders, billing) = if blessing() {
+        let Some(bin) = billing_binary("readme_picture") else {
+            return;
+        };
+        (
+            orders_events(&["flow"]).1,
+            billing_events(&bin, &["flow"]).1,
+        )
+    } else {
+        (
+            std::fs::read_to_string(committed("orders.flow.mmd")).unwrap(),
+            std::fs::read_to_string(committed("billing.flow.mmd")).unwrap(),
+        )
+    };
     let picture = format!(
         "{orders}{}",
         billing.split_once('\n').map_or("", |(_, rest)| rest)
     );
-    let subject = "subject_nats_EVENTS_events_order_shipped";
+    let subject = orders
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("orders_relay_nats_EVENTS --> ")
+                .filter(|s| s.starts_with("subject_events_order_shipped_"))
+        })
+        .expect("no relay edge to events.order.shipped in the orders flow");
     assert!(
-        orders.contains(&format!("orders_relay_nats_EVENTS --> {subject}"))
-            && billing.contains(&format!("{subject} --> billing_inbox_billing")),
+        billing.contains(&format!("{subject} --> billing_inbox_billing")),
         "the two flows do not meet on {subject}"
     );
     let readme_path = committed("../README.md");

@@ -69,6 +69,52 @@ struct Delivered {
     shipment: String,
 }
 
+/// Two names whose identifiers would meet (`.` and `_` both become `_`).
+#[derive(Debug, Clone, Serialize, Deserialize, DomainEvent, schemars::JsonSchema)]
+#[event(name = "topotest.order_placed", version = 1)]
+struct DotUnderscore {
+    #[event(aggregate_id)]
+    order: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, DomainEvent, schemars::JsonSchema)]
+#[event(name = "topotest_order.placed", version = 1)]
+struct UnderscoreDot {
+    #[event(aggregate_id)]
+    order: String,
+    total: u64,
+}
+
+/// A definition whose name a JSON Pointer must escape and a URI percent-encode.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename = "Money/Amount Ü")]
+struct Money {
+    cents: i64,
+}
+
+/// A recursive event: schemars refers to the schema itself as `#`.
+#[derive(Debug, Clone, Serialize, Deserialize, DomainEvent, schemars::JsonSchema)]
+#[event(name = "topotest.comment.posted", version = 1)]
+struct CommentPosted {
+    #[event(aggregate_id)]
+    comment: String,
+    tip: Option<Money>,
+    replies: Vec<CommentPosted>,
+}
+
+fn odd_registry() -> Registry {
+    Registry::builder()
+        .event::<DotUnderscore>()
+        .event::<UnderscoreDot>()
+        .event::<CommentPosted>()
+        .build()
+        .unwrap()
+}
+
+fn odd_topology() -> Topology {
+    Topology::new("odd", "1.0.0").nats_relay(&RelayConfig::new("ODD"))
+}
+
 #[event_handler(name = "topotest.label", in_transaction)]
 fn label(_: &CreatedV2) -> Result<(), HandlerError> {
     Ok(())
@@ -371,6 +417,11 @@ fn the_official_parser_accepts_the_documents_and_refuses_a_broken_one() {
             "consumer",
             &topology::asyncapi(&registry, &consumer()),
         ),
+        write(
+            TEST,
+            "odd",
+            &topology::asyncapi(&odd_registry(), &odd_topology()),
+        ),
         examples.join("orders.asyncapi.json"),
         examples.join("billing.asyncapi.json"),
     ];
@@ -380,7 +431,7 @@ fn the_official_parser_accepts_the_documents_and_refuses_a_broken_one() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "the parser refused: {stderr}");
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert_eq!(stdout.matches("ok: ").count(), 4, "{stdout}{stderr}");
+    assert_eq!(stdout.matches("ok: ").count(), 5, "{stdout}{stderr}");
     // Nothing but the note that 3.1.0 exists (3.0.0 is what Backstage and others read).
     for line in stderr.lines() {
         assert!(
@@ -423,6 +474,10 @@ async fn check_passes_on_the_current_copy_and_fails_on_a_stale_one() {
         let (code, out, err) = cli(app, &[command, "--check", file]).await;
         assert_eq!(code, ExitCode::SUCCESS, "{err}");
         assert!(out.starts_with("ok: "), "{out}");
+        // A checkout with CRLF line endings and no final newline is the same copy.
+        std::fs::write(&path, current.trim_end().replace('\n', "\r\n")).unwrap();
+        let (code, _, err) = cli(app, &[command, "--check", file]).await;
+        assert_eq!(code, ExitCode::SUCCESS, "{err}");
         // One line changed: refused, with the line and the command that rewrites it.
         let stale = current.replacen("topotest", "topotest-old", 1);
         let line = current
@@ -462,12 +517,15 @@ fn the_flow_joins_a_producer_and_a_consumer_on_their_subjects() {
     let producer = topology::flow(&registry, &producer(), None);
     let consumer = topology::flow(&registry, &consumer(), None);
     assert!(producer.starts_with("flowchart LR\n"));
-    let subject =
-        "subject_nats_SHIPPING_shipping__partition__topotest_shipment_created__aggregate_";
-    assert!(
-        producer.contains(&format!("shipping_relay_nats_SHIPPING --> {subject}")),
-        "{producer}"
-    );
+    // The subject's id: readable, then a fingerprint of transport, stream and address.
+    let subject = producer
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("shipping_relay_nats_SHIPPING --> ")
+                .filter(|s| s.starts_with("subject_shipping__partition__topotest_shipment_created"))
+        })
+        .unwrap_or_else(|| panic!("no relay edge to the created subject in\n{producer}"));
     assert!(
         consumer.contains(&format!("{subject} --> tracking_inbox_tracking")),
         "{consumer}"
@@ -552,5 +610,131 @@ async fn the_flow_shows_backlog_dead_letters_and_pauses_from_the_database() {
             .find(|l| l.trim_start().starts_with("shipping_h_topotest_track["))
             .unwrap();
         assert!(track.contains("pending 0 · dead letters 0") && !track.contains("PAUSED"));
+
+        // An application that no longer has `notify`: the flow says what it does not show.
+        let without = Registry::builder()
+            .event::<CreatedV2>()
+            .event::<Delivered>()
+            .handler::<track>()
+            .build()
+            .unwrap();
+        let app = App::embedded("shipping events", &without).topology(&topology);
+        let (code, _, err) = cli(app, &args).await;
+        assert_eq!(code, ExitCode::SUCCESS, "{err}");
+        assert!(
+            err.contains("does not show: topotest.notify (2 pending, 1 dead letters)"),
+            "{}: {err}",
+            db.label()
+        );
     }
+}
+
+#[test]
+fn names_that_meet_as_identifiers_stay_apart_and_references_stay_in_the_document() {
+    let registry = odd_registry();
+    let doc = topology::asyncapi(&registry, &odd_topology());
+    let messages = doc["components"]["messages"].as_object().unwrap();
+    let names: Vec<&str> = messages
+        .values()
+        .map(|m| m["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        messages.len(),
+        3,
+        "{:?}",
+        messages.keys().collect::<Vec<_>>()
+    );
+    assert!(names.contains(&"topotest.order_placed") && names.contains(&"topotest_order.placed"));
+    // Each channel carries its own event's message.
+    for channel in doc["channels"].as_object().unwrap().values() {
+        let title = channel["title"].as_str().unwrap();
+        for reference in channel["messages"].as_object().unwrap().values() {
+            let id = reference["$ref"]
+                .as_str()
+                .unwrap()
+                .rsplit('/')
+                .next()
+                .unwrap();
+            assert_eq!(messages[id]["name"], title, "{channel}");
+        }
+    }
+    // Every reference points inside the document's components, and resolves.
+    fn refs<'v>(value: &'v Value, out: &mut Vec<&'v str>) {
+        match value {
+            Value::Object(map) => {
+                if let Some(Value::String(r)) = map.get("$ref") {
+                    out.push(r);
+                }
+                map.values().for_each(|v| refs(v, out));
+            }
+            Value::Array(items) => items.iter().for_each(|v| refs(v, out)),
+            _ => {}
+        }
+    }
+    let mut found = Vec::new();
+    refs(&doc["components"], &mut found);
+    assert!(found.len() >= 4, "{found:?}");
+    for r in found {
+        let pointer = r
+            .strip_prefix('#')
+            .unwrap_or_else(|| panic!("{r} leaves the document"));
+        assert!(pointer.starts_with("/components/"), "{r}");
+        assert!(doc.pointer(pointer).is_some(), "{r} does not resolve");
+    }
+    let comment = doc["components"]["schemas"]["topotest_comment_posted_v1"].clone();
+    assert_eq!(
+        comment["properties"]["replies"]["items"]["$ref"],
+        "#/components/schemas/topotest_comment_posted_v1"
+    );
+
+    // In the flow too: two event nodes, three subjects.
+    let flow = topology::flow(&registry, &odd_topology(), None);
+    assert!(
+        flow.contains("odd_ev_topotest_order_placed_v1[\"topotest.order_placed v1\"]"),
+        "{flow}"
+    );
+    assert!(
+        flow.contains("odd_ev_topotest_order_placed_v1_2[\"topotest_order.placed v1\"]"),
+        "{flow}"
+    );
+    let subjects = flow
+        .lines()
+        .filter(|l| l.trim_start().starts_with("subject_"))
+        .count();
+    assert_eq!(subjects, 3, "{flow}");
+    // A title that is a Mermaid keyword on its own never becomes an id on its own.
+    let keyword = topology::flow(&registry, &Topology::new("default", "1"), None);
+    assert!(
+        keyword.contains("subgraph default_service[\"default\"]"),
+        "{keyword}"
+    );
+}
+
+#[tokio::test]
+async fn options_and_inboxes_that_fit_nothing_are_warned_about() {
+    let registry = registry();
+    let topology = consumer()
+        .handler_options("topotest.notfy", &HandlerOptions::new().retry(NOTIFY_RETRY))
+        .nats_inbox(
+            &InboxConfig::new("SHIPPING", "nobody").filter_subject("nothing.>"),
+            &producer_relay(),
+        );
+    let warnings = topology.warnings(&registry);
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    assert!(warnings[0].contains("handler_options(\"topotest.notfy\")"));
+    assert!(warnings[1].contains("inbox nats-inbox:nobody (filter nothing.>) receives none"));
+    let app = App::embedded("tracking events", &registry).topology(&topology);
+    let (code, _, err) = cli(app, &["asyncapi"]).await;
+    assert_eq!(code, ExitCode::SUCCESS);
+    assert!(
+        err.contains("warning: handler_options(\"topotest.notfy\")"),
+        "{err}"
+    );
+    // A relay's options are its own: they replace its configuration's retry policy.
+    let doc = topology::asyncapi(
+        &registry,
+        &producer().handler_options("nats:SHIPPING", &HandlerOptions::new().retry(NOTIFY_RETRY)),
+    );
+    let send = &doc["operations"]["send_shipping_topotest_shipment_created"];
+    assert_eq!(send["x-events-retry"]["maxAttempts"], 3);
 }

@@ -20,15 +20,14 @@ pub(super) fn asyncapi(
     let doc = topology::asyncapi(registry, &topology);
     let mut text = serde_json::to_string_pretty(&doc).unwrap_or_default();
     text.push('\n');
-    finish(
-        app,
-        "asyncapi",
-        "AsyncAPI document",
+    let described = Described {
+        command: "asyncapi",
+        what: "AsyncAPI document",
         declared,
-        &text,
-        check,
-        io,
-    )
+        warnings: topology.warnings(registry),
+        text: &text,
+    };
+    finish(app, described, check, io)
 }
 
 pub(super) async fn flow(
@@ -47,8 +46,53 @@ pub(super) async fn flow(
         (true, None) => Some(counts(&target.connect().await?).await?),
         _ => None,
     };
+    if let Some(counts) = &counts {
+        let shown = shown_destinations(registry, &topology);
+        let unknown: Vec<String> = counts
+            .destinations
+            .iter()
+            .filter(|(name, c)| {
+                !shown.contains(name.as_str()) && (c.pending > 0 || c.dead_letters > 0 || c.paused)
+            })
+            .map(|(name, c)| {
+                format!(
+                    "{name} ({} pending, {} dead letters)",
+                    c.pending, c.dead_letters
+                )
+            })
+            .collect();
+        if !unknown.is_empty() {
+            writeln!(
+                io.err,
+                "warning: the database holds deliveries or dead letters of destinations this flow \
+                 does not show: {}; is the topology the one the database was written with?",
+                unknown.join(", ")
+            )?;
+        }
+    }
     let text = topology::flow(registry, &topology, counts.as_ref());
-    finish(app, "flow", "flow", declared, &text, check, io)
+    let described = Described {
+        command: "flow",
+        what: "flow",
+        declared,
+        warnings: topology.warnings(registry),
+        text: &text,
+    };
+    finish(app, described, check, io)
+}
+
+/// The destinations the flow shows: after-commit handlers, relays, inboxes.
+fn shown_destinations<'t>(
+    registry: &'t crate::dispatch::registry::Registry,
+    topology: &'t Topology,
+) -> std::collections::BTreeSet<&'t str> {
+    registry
+        .handlers()
+        .iter()
+        .map(|h| h.name)
+        .chain(topology.relay_names())
+        .chain(topology.inbox_names())
+        .collect()
 }
 
 /// The application's topology, or one without routes (and whether it declared one).
@@ -63,21 +107,41 @@ fn topology_of(app: &App<'_>) -> (Topology, bool) {
 }
 
 /// Prints `text`, or compares it with `check`.
+/// What a command generated, to print or compare.
+struct Described<'a> {
+    /// `asyncapi` or `flow`.
+    command: &'static str,
+    /// `AsyncAPI document` or `flow`.
+    what: &'static str,
+    /// Whether the application declared its topology.
+    declared: bool,
+    /// [`Topology::warnings`].
+    warnings: Vec<String>,
+    text: &'a str,
+}
+
 fn finish(
     app: &App<'_>,
-    command: &str,
-    what: &'static str,
-    declared: bool,
-    text: &str,
+    described: Described<'_>,
     check: Option<&Path>,
     io: &mut Io<'_>,
 ) -> Result<(), CliError> {
+    let Described {
+        command,
+        what,
+        declared,
+        warnings,
+        text,
+    } = described;
     if !declared {
         writeln!(
             io.err,
             "warning: the application declares no topology (event_runtime::cli::App::topology): \
              this {what} shows its own events and handlers only, no relay, inbox or subject"
         )?;
+    }
+    for warning in &warnings {
+        writeln!(io.err, "warning: {warning}")?;
     }
     let Some(file) = check else {
         io.out.write_all(text.as_bytes())?;
@@ -91,7 +155,14 @@ fn finish(
     };
     let committed =
         std::fs::read_to_string(file).map_err(|e| out_of_date(format!("cannot read it: {e}")))?;
-    if committed == text {
+    // Line endings and a final newline are a checkout's business (Git's autocrlf), not a
+    // difference.
+    let ours: Vec<&str> = text.lines().collect();
+    let theirs: Vec<&str> = committed
+        .lines()
+        .map(|l| l.strip_suffix('\r').unwrap_or(l))
+        .collect();
+    if ours == theirs {
         writeln!(
             io.out,
             "ok: {} is the {what} of this application",
@@ -99,15 +170,11 @@ fn finish(
         )?;
         return Ok(());
     }
-    let line = committed
-        .lines()
-        .zip(text.lines())
-        .position(|(a, b)| a != b)
-        .unwrap_or_else(|| committed.lines().count().min(text.lines().count()));
-    Err(out_of_date(format!(
-        "first difference at line {}",
-        line + 1
-    )))
+    let detail = match ours.iter().zip(&theirs).position(|(a, b)| a != b) {
+        Some(line) => format!("first difference at line {}", line + 1),
+        None => format!("it has {} lines, the {what} {}", theirs.len(), ours.len()),
+    };
+    Err(out_of_date(detail))
 }
 
 /// The live counts of the flow's destinations: pending deliveries and pauses from the

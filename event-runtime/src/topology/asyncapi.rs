@@ -3,7 +3,7 @@
 //! Written by hand over `serde_json` rather than through a typed AsyncAPI crate: the Rust
 //! crates for AsyncAPI model 2.x (or read documents, not write them), and the document is a
 //! fixed shape of a dozen objects. What keeps it right is the test that validates it with the
-//! official parser (`@asyncapi/parser`, `tests/tests/asyncapi.rs`).
+//! official parser (`@asyncapi/parser`, `tests/tests/topology.rs`).
 //!
 //! Payload schemas come from the catalog (schemars, JSON Schema 2020-12, with `x-sensitive`
 //! on the fields marked `#[event(sensitive)]`); AsyncAPI resolves `$ref` against the whole
@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use event_core::{DeliveryMode, EventDescriptor, HandlerDescriptor};
 use serde_json::{json, Map, Value};
 
-use super::{ident, mode_name, Events, ReceiveRoute, SendRoute, Topology, Transport};
+use super::{ident, mode_name, Events, Ids, ReceiveRoute, SendRoute, Topology, Transport};
 use crate::dispatch::registry::Registry;
 use crate::RetryPolicy;
 
@@ -53,7 +53,23 @@ pub fn asyncapi(registry: &Registry, topology: &Topology) -> Value {
     for route in &topology.receives {
         doc.receive(route);
     }
-    doc.finish()
+    let mut doc = doc.finish();
+    sort_keys(&mut doc);
+    doc
+}
+
+/// Sorts the keys of every object under `value`, whether or not `serde_json`'s
+/// `preserve_order` feature is on somewhere in the program (then objects keep their
+/// insertion order).
+fn sort_keys(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            map.sort_keys();
+            map.values_mut().for_each(sort_keys);
+        }
+        Value::Array(items) => items.iter_mut().for_each(sort_keys),
+        _ => {}
+    }
 }
 
 struct Doc<'a, 'r> {
@@ -65,6 +81,8 @@ struct Doc<'a, 'r> {
     operations: Map<String, Value>,
     messages: Map<String, Value>,
     schemas: Map<String, Value>,
+    /// The message id of each (name, version): unique, however the names look.
+    message_ids: BTreeMap<(&'r str, u32), String>,
 }
 
 impl<'a, 'r> Doc<'a, 'r> {
@@ -86,13 +104,14 @@ impl<'a, 'r> Doc<'a, 'r> {
             operations: Map::new(),
             messages: Map::new(),
             schemas: Map::new(),
+            message_ids: BTreeMap::new(),
         };
-        let ids: BTreeSet<String> = events
-            .by_name
-            .values()
-            .flatten()
-            .map(|e| message_id(e))
-            .collect();
+        let mut ids = Ids::default();
+        for e in events.by_name.values().flatten() {
+            let id = ids.id(&format!("{} v{}", e.name, e.version));
+            doc.message_ids.insert((e.name, e.version), id);
+        }
+        let ids: BTreeSet<String> = doc.message_ids.values().cloned().collect();
         for versions in events.by_name.values() {
             for e in versions {
                 doc.message(e, &ids, headers.as_ref());
@@ -103,7 +122,7 @@ impl<'a, 'r> Doc<'a, 'r> {
 
     /// The message of `e` and its schema, in the components.
     fn message(&mut self, e: &EventDescriptor, ids: &BTreeSet<String>, headers: Option<&Value>) {
-        let id = message_id(e);
+        let id = self.message_id(e);
         let data = match crate::privacy::schema_of(e) {
             Some(schema) => {
                 let schema = hoist(schema, &id, ids, &mut self.schemas);
@@ -162,7 +181,7 @@ impl<'a, 'r> Doc<'a, 'r> {
         }
         let mut messages = Map::new();
         for e in self.events.by_name.get(name).into_iter().flatten() {
-            let m = message_id(e);
+            let m = self.message_id(e);
             messages.insert(
                 m.clone(),
                 json!({ "$ref": format!("#/components/messages/{m}") }),
@@ -232,13 +251,20 @@ impl<'a, 'r> Doc<'a, 'r> {
                      at most one unacknowledged publish per aggregate.",
                     route.destination
                 ),
-                "messages": channel_messages(&channel, &newest),
+                "messages": self.channel_messages(&channel, &newest),
                 "x-events-relay": {
                     "destination": route.destination,
                     "stream": route.stream,
                     "inFlight": route.in_flight,
                 },
-                "x-events-retry": retry(&route.retry),
+                "x-events-retry": retry(
+                    &self
+                        .topology
+                        .handler_retry
+                        .get(&route.destination)
+                        .copied()
+                        .unwrap_or(route.retry)
+                ),
                 "x-events-dead-letter": { "handler": route.destination },
             });
             self.operations.insert(id, operation);
@@ -275,7 +301,7 @@ impl<'a, 'r> Doc<'a, 'r> {
                             DeliveryMode::AfterCommit => "after it commits, in each aggregate's order",
                         }
                     ),
-                    "messages": channel_messages(&channel, &versions),
+                    "messages": self.channel_messages(&channel, &versions),
                     "x-events-handler": handler_extension(handler),
                     "x-events-inbox": {
                         "name": route.inbox,
@@ -346,6 +372,24 @@ impl<'a, 'r> Doc<'a, 'r> {
             .collect()
     }
 
+    /// `order_placed_v2`: the id of `e`'s message.
+    fn message_id(&self, e: &EventDescriptor) -> String {
+        self.message_ids
+            .get(&(e.name, e.version))
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// References to the messages of `versions` in `channel`.
+    fn channel_messages(&self, channel: &str, versions: &[&EventDescriptor]) -> Vec<Value> {
+        versions
+            .iter()
+            .map(|e| {
+                json!({ "$ref": format!("#/channels/{channel}/messages/{}", self.message_id(e)) })
+            })
+            .collect()
+    }
+
     fn finish(self) -> Value {
         let t = self.topology;
         let description = t.description.clone().unwrap_or_else(|| {
@@ -388,11 +432,6 @@ impl<'a, 'r> Doc<'a, 'r> {
     }
 }
 
-/// `order_placed_v2`.
-fn message_id(e: &EventDescriptor) -> String {
-    format!("{}_v{}", ident(e.name), e.version)
-}
-
 /// `id`, or `id_2`, `id_3` … when `map` has it.
 fn unique(map: &Map<String, Value>, id: String) -> String {
     let mut candidate = id.clone();
@@ -402,13 +441,6 @@ fn unique(map: &Map<String, Value>, id: String) -> String {
         candidate = format!("{id}_{n}");
     }
     candidate
-}
-
-fn channel_messages(channel: &str, versions: &[&EventDescriptor]) -> Vec<Value> {
-    versions
-        .iter()
-        .map(|e| json!({ "$ref": format!("#/channels/{channel}/messages/{}", message_id(e)) }))
-        .collect()
 }
 
 fn partition_parameter(partitions: u32) -> Value {
@@ -498,9 +530,11 @@ fn envelope_schema(e: &EventDescriptor, data: Value) -> Value {
 }
 
 /// `schema` with its `$defs` (and draft 7 `definitions`) moved into `schemas` and its
-/// references rewritten to them; its `$schema` dropped. A definition takes its own name when
-/// that is free or holds the same schema, else `<owner>_<name>`. `reserved` are the names of
-/// the events' own schemas.
+/// references rewritten to them, and its `$schema` dropped: it is to be stored as the
+/// component `owner`. A definition takes its own name (as an identifier) when that is free or
+/// holds the same schema, else `<owner>_<name>`. `reserved` are the names of the events' own
+/// schemas. A reference to the schema itself (`#`, a recursive type) or into it points to the
+/// component `owner`.
 fn hoist(
     mut schema: Value,
     owner: &str,
@@ -512,7 +546,8 @@ fn hoist(
     };
     map.remove("$schema");
     let mut defs: Vec<(String, Value)> = Vec::new();
-    let mut renames: Vec<(String, String)> = Vec::new();
+    // (`$defs` or `definitions`, the definition's name) → its component.
+    let mut renames: BTreeMap<(String, String), String> = BTreeMap::new();
     for key in ["$defs", "definitions"] {
         let Some(Value::Object(found)) = map.remove(key) else {
             continue;
@@ -534,42 +569,100 @@ fn hoist(
                 n += 1;
                 target = format!("{owner}_{own}_{n}");
             }
-            renames.push((
-                format!("#/{key}/{name}"),
-                format!("#/components/schemas/{target}"),
-            ));
+            renames.insert((key.to_owned(), name), target.clone());
             defs.push((target, def));
         }
     }
-    rewrite_refs(&mut schema, &renames);
+    let refs = Refs { renames, owner };
+    refs.rewrite(&mut schema);
     for (target, mut def) in defs {
-        rewrite_refs(&mut def, &renames);
+        refs.rewrite(&mut def);
         schemas.insert(target, def);
     }
     schema
 }
 
-/// Rewrites every `$ref` under `value` that is `from` or starts with `from/`.
-fn rewrite_refs(value: &mut Value, renames: &[(String, String)]) {
-    match value {
-        Value::Object(map) => {
-            if let Some(Value::String(r)) = map.get_mut("$ref") {
-                for (from, to) in renames {
-                    if let Some(rest) = r.strip_prefix(from.as_str()) {
-                        if rest.is_empty() || rest.starts_with('/') {
-                            *r = format!("{to}{rest}");
-                            break;
-                        }
+/// How the references of one event's schema move with it into the components.
+struct Refs<'a> {
+    renames: BTreeMap<(String, String), String>,
+    owner: &'a str,
+}
+
+impl Refs<'_> {
+    /// Rewrites every `$ref` under `value`.
+    fn rewrite(&self, value: &mut Value) {
+        match value {
+            Value::Object(map) => {
+                if let Some(Value::String(r)) = map.get_mut("$ref") {
+                    if let Some(moved) = self.moved(r) {
+                        *r = moved;
                     }
                 }
+                for v in map.values_mut() {
+                    self.rewrite(v);
+                }
             }
-            for v in map.values_mut() {
-                rewrite_refs(v, renames);
+            Value::Array(items) => items.iter_mut().for_each(|v| self.rewrite(v)),
+            _ => {}
+        }
+    }
+
+    /// Where the reference `r` points once moved; `None` for one outside the schema (a URI),
+    /// left as it is. `r` is a URI fragment holding a JSON Pointer (RFC 6901 §6): its
+    /// segments are percent-encoded, and `~` and `/` in a name are `~0` and `~1`.
+    fn moved(&self, r: &str) -> Option<String> {
+        let fragment = r.strip_prefix('#')?;
+        let root = format!("#/components/schemas/{}", self.owner);
+        let pointer = percent_decode(fragment);
+        let mut segments = pointer.split('/').skip(1);
+        if let Some(container @ ("$defs" | "definitions")) = segments.next() {
+            let name = segments.next()?.replace("~1", "/").replace("~0", "~");
+            let target = self.renames.get(&(container.to_owned(), name))?;
+            let rest: String = segments
+                .map(|s| format!("/{}", percent_encode(s)))
+                .collect();
+            return Some(format!("#/components/schemas/{target}{rest}"));
+        }
+        // The schema itself, or a place in it.
+        Some(format!("{root}{fragment}"))
+    }
+}
+
+/// `s` with each `%XX` decoded (bytes that are no UTF-8 as U+FFFD).
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(b)) => {
+                out.push(b);
+                i += 3;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
             }
         }
-        Value::Array(items) => items.iter_mut().for_each(|v| rewrite_refs(v, renames)),
-        _ => {}
     }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `s` as a URI fragment segment: bytes other than unreserved characters and `~` as `%XX`.
+fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~$".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 /// `s` escaped as a JSON Pointer token (RFC 6901: `~` as `~0`, `/` as `~1`).
@@ -619,6 +712,40 @@ mod tests {
         assert_eq!(
             b["properties"]["n"]["$ref"],
             "#/components/schemas/Note/properties/x"
+        );
+        // Escaped names, and the schema itself (a recursive type).
+        let c = hoist(
+            json!({
+                "properties": {
+                    "a": { "$ref": "#/$defs/money~1amount~0x" },
+                    "b": { "$ref": "#/$defs/Foo%20Bar" },
+                    "c": { "$ref": "#/$defs/%C3%9Cn%C3%AF" },
+                    "replies": { "items": { "$ref": "#" } },
+                    "self": { "$ref": "#/properties/a" }
+                },
+                "$defs": {
+                    "money/amount~x": { "type": "string" },
+                    "Foo Bar": { "type": "integer" },
+                    "Ünï": { "type": "boolean" }
+                }
+            }),
+            "c_v1",
+            &reserved,
+            &mut schemas,
+        );
+        assert_eq!(
+            c["properties"]["a"]["$ref"],
+            "#/components/schemas/money_amount_x"
+        );
+        assert_eq!(c["properties"]["b"]["$ref"], "#/components/schemas/Foo_Bar");
+        assert_eq!(c["properties"]["c"]["$ref"], "#/components/schemas/_n_");
+        assert_eq!(
+            c["properties"]["replies"]["items"]["$ref"],
+            "#/components/schemas/c_v1"
+        );
+        assert_eq!(
+            c["properties"]["self"]["$ref"],
+            "#/components/schemas/c_v1/properties/a"
         );
         assert_eq!(schemas["Money"], json!({ "type": "string" }));
         assert_eq!(schemas["b_v1_Money"], json!({ "type": "integer" }));

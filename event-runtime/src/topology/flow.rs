@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use event_core::{DeliveryMode, EventDescriptor};
 
-use super::{ident, Events, Topology};
+use super::{fingerprint, ident, Events, Ids, Topology};
 use crate::dispatch::registry::Registry;
 
 /// Live counts for [`flow`], as `events flow --database` reads them from the store.
@@ -66,17 +66,18 @@ impl FlowCounts {
 /// takes it (a thick arrow for an `in-transaction` handler, a thin one `after-commit`; the
 /// handler's node says which), and each relay that publishes it (from the newest version: the
 /// one the application's code commits; a longer arrow, so that Mermaid places relays after the
-/// handlers and their edges do not cross them) to its subject. The application's nodes are in a subgraph named after it, node ids prefixed
-/// with it; subjects are outside, with ids made from transport, stream and address, so that
-/// the flows of a producer and a consumer put one after the other (without the second's first
-/// line) join on their subjects.
+/// handlers and their edges do not cross them) to its subject. The application's nodes are in
+/// a subgraph named after it, node ids prefixed with it; subjects are outside, with ids made
+/// from transport, stream and address, so that the flows of a producer and a consumer put one
+/// after the other (without the second's first line) join on their subjects.
 ///
 /// With `counts`, handler, relay and inbox nodes also show their pending deliveries (and the
 /// oldest one's age), dead letters and pause, and inboxes the held events and open gaps of the
 /// aggregate types they receive. Without, the text is the same on every run.
 pub fn flow(registry: &Registry, topology: &Topology, counts: Option<&FlowCounts>) -> String {
     let events = Events::of(registry);
-    let app = ident(&topology.title);
+    let mut n = Nodes::new(&topology.title);
+    let app = n.app.clone();
     let mut nodes = String::new();
     let mut shared = String::new();
     let mut edges = String::new();
@@ -86,7 +87,7 @@ pub fn flow(registry: &Registry, topology: &Topology, counts: Option<&FlowCounts
     for (name, versions) in &events.by_name {
         let receivers: Vec<_> = topology.receivers_of(name).collect();
         for e in versions {
-            let node = event_node(&app, e);
+            let node = n.event(e);
             let _ = writeln!(
                 nodes,
                 "    {node}[\"{}\"]",
@@ -94,14 +95,14 @@ pub fn flow(registry: &Registry, topology: &Topology, counts: Option<&FlowCounts
             );
             if receivers.is_empty() {
                 aggregates.insert(e.aggregate_type);
-                let _ = writeln!(edges, "  {app}_agg_{} --> {node}", ident(e.aggregate_type));
+                let _ = writeln!(edges, "  {} --> {node}", n.id("agg", e.aggregate_type));
             }
             for r in &receivers {
-                let _ = writeln!(edges, "  {app}_inbox_{} --> {node}", ident(&r.durable));
+                let _ = writeln!(edges, "  {} --> {node}", n.id("inbox", &r.durable));
             }
             if let Some(up) = &e.upcast_from {
                 let from = (up.from)();
-                let _ = writeln!(edges, "  {} -. upcast .-> {node}", event_node(&app, &from));
+                let _ = writeln!(edges, "  {} -. upcast .-> {node}", n.event(&from));
             }
         }
         for handler in events.handlers_of(name) {
@@ -116,12 +117,8 @@ pub fn flow(registry: &Registry, topology: &Topology, counts: Option<&FlowCounts
                     DeliveryMode::InTransaction => "==>",
                     DeliveryMode::AfterCommit => "-->",
                 };
-                let _ = writeln!(
-                    edges,
-                    "  {} {arrow} {app}_h_{}",
-                    event_node(&app, e),
-                    ident(handler.name)
-                );
+                let (from, to) = (n.event(e), n.id("h", handler.name));
+                let _ = writeln!(edges, "  {from} {arrow} {to}");
             }
         }
         for route in topology.senders_of(name) {
@@ -130,19 +127,11 @@ pub fn flow(registry: &Registry, topology: &Topology, counts: Option<&FlowCounts
                 &route.stream,
                 &route.subjects.address(name),
             );
+            let relay = n.id("relay", &route.destination);
             if let Some(newest) = versions.last() {
-                let _ = writeln!(
-                    edges,
-                    "  {} ---> {app}_relay_{}",
-                    event_node(&app, newest),
-                    ident(&route.destination)
-                );
+                let _ = writeln!(edges, "  {} ---> {relay}", n.event(newest));
             }
-            let _ = writeln!(
-                edges,
-                "  {app}_relay_{} --> {subject}",
-                ident(&route.destination)
-            );
+            let _ = writeln!(edges, "  {relay} --> {subject}");
         }
         for route in &receivers {
             let subject = subject_node(
@@ -150,18 +139,14 @@ pub fn flow(registry: &Registry, topology: &Topology, counts: Option<&FlowCounts
                 &route.stream,
                 &route.subjects.address(name),
             );
-            let _ = writeln!(
-                edges,
-                "  {subject} --> {app}_inbox_{}",
-                ident(&route.durable)
-            );
+            let _ = writeln!(edges, "  {subject} --> {}", n.id("inbox", &route.durable));
         }
     }
     for aggregate in &aggregates {
         let _ = writeln!(
             nodes,
-            "    {app}_agg_{}([\"aggregate {}\"])",
-            ident(aggregate),
+            "    {}([\"aggregate {}\"])",
+            n.id("agg", aggregate),
             label(aggregate)
         );
     }
@@ -172,8 +157,8 @@ pub fn flow(registry: &Registry, topology: &Topology, counts: Option<&FlowCounts
         }
         let _ = writeln!(
             nodes,
-            "    {app}_h_{}[\"{}\"]",
-            ident(name),
+            "    {}[\"{}\"]",
+            n.id("h", name),
             label_keep_breaks(&text)
         );
     }
@@ -183,8 +168,8 @@ pub fn flow(registry: &Registry, topology: &Topology, counts: Option<&FlowCounts
         live(&mut text, counts, &route.destination);
         let _ = writeln!(
             nodes,
-            "    {app}_relay_{}[[\"{}\"]]",
-            ident(&route.destination),
+            "    {}[[\"{}\"]]",
+            n.id("relay", &route.destination),
             label_keep_breaks(&text)
         );
         for name in events
@@ -220,8 +205,8 @@ pub fn flow(registry: &Registry, topology: &Topology, counts: Option<&FlowCounts
         }
         let _ = writeln!(
             nodes,
-            "    {app}_inbox_{}[[\"{}\"]]",
-            ident(&route.durable),
+            "    {}[[\"{}\"]]",
+            n.id("inbox", &route.durable),
             label_keep_breaks(&text)
         );
         for name in events.by_name.keys().filter(|n| route.receives(n)) {
@@ -237,7 +222,11 @@ pub fn flow(registry: &Registry, topology: &Topology, counts: Option<&FlowCounts
     }
 
     let mut out = String::from("flowchart LR\n");
-    let _ = writeln!(out, "  subgraph {app}[\"{}\"]", label(&topology.title));
+    let _ = writeln!(
+        out,
+        "  subgraph {app}_service[\"{}\"]",
+        label(&topology.title)
+    );
     out.push_str("    direction LR\n");
     out.push_str(&nodes);
     out.push_str("  end\n");
@@ -266,17 +255,39 @@ fn live(text: &mut String, counts: Option<&FlowCounts>, destination: &str) {
     }
 }
 
-fn event_node(app: &str, e: &EventDescriptor) -> String {
-    format!("{app}_ev_{}_v{}", ident(e.name), e.version)
+/// The node ids of one application's flow: `<app>_<kind>_<name>`, unique per name of each
+/// kind however the names look (see [`Ids`]).
+struct Nodes {
+    app: String,
+    ids: BTreeMap<&'static str, Ids>,
 }
 
+impl Nodes {
+    fn new(title: &str) -> Self {
+        let app = ident(title);
+        Nodes {
+            // Never empty, and never a Mermaid keyword on its own (`default`, `end`).
+            app: if app.is_empty() { "app".into() } else { app },
+            ids: BTreeMap::new(),
+        }
+    }
+
+    fn id(&mut self, kind: &'static str, name: &str) -> String {
+        let id = self.ids.entry(kind).or_default().id(name);
+        format!("{}_{kind}_{id}", self.app)
+    }
+
+    fn event(&mut self, e: &EventDescriptor) -> String {
+        self.id("ev", &format!("{} v{}", e.name, e.version))
+    }
+}
+
+/// The id of a subject node: the same in every application's flow, so that the flows of a
+/// producer and a consumer join on it, and distinct for distinct subjects (a fingerprint of
+/// transport, stream and address follows the readable part).
 fn subject_node(transport: &str, stream: &str, address: &str) -> String {
-    format!(
-        "subject_{}_{}_{}",
-        ident(transport),
-        ident(stream),
-        ident(address)
-    )
+    let fingerprint = fingerprint(&format!("{transport}\0{stream}\0{address}"));
+    format!("subject_{}_{fingerprint:08x}", ident(address))
 }
 
 /// `text` for a quoted Mermaid label: the characters Mermaid or HTML would read as syntax

@@ -4,7 +4,7 @@
 //! flow`). Describes only: builds no connection and checks nothing against a broker.
 //!
 //! A [`Topology`] is declared from the same configuration values the application runs with —
-//! its [`OutboxConfig`](crate::OutboxConfig), per-handler [`HandlerOptions`], each relay's and
+//! its [`OutboxConfig`], per-handler [`HandlerOptions`], each relay's and
 //! each inbox's configuration — so that the documents say what the code does. Build both from
 //! one function of the application, as `examples/orders` and `examples/billing` do, and hand it
 //! to the embedded tool with [`App::topology`](crate::cli::App::topology).
@@ -238,9 +238,12 @@ impl Topology {
         self
     }
 
-    /// The options of one handler, as given to
+    /// The options of one handler or relay, as given to
     /// [`OutboxBuilder::handler_options`](crate::OutboxBuilder::handler_options): its retry
-    /// policy, when set, replaces the outbox's.
+    /// policy, when set, replaces the outbox's (a relay's: its configuration's). Repeat here
+    /// each call the application makes there: the topology cannot read the outbox's.
+    /// [`warnings`](Self::warnings) names an option for a name that is neither a handler nor
+    /// a relay.
     pub fn handler_options(mut self, handler: impl Into<String>, options: &HandlerOptions) -> Self {
         if let Some(retry) = options.retry {
             self.handler_retry.insert(handler.into(), retry);
@@ -249,12 +252,18 @@ impl Topology {
     }
 
     /// A broker server named `name` (`nats`) at `url` (`nats://host:port`; its scheme is the
-    /// protocol). User and password are never written: only `host:port`. The channels of
-    /// routes of the same protocol name it.
+    /// protocol, so a NATS `tls://` URL is written `nats://` here). Of a comma-separated list
+    /// (a cluster's servers) the first is written. User, password, path and query are never
+    /// written: only `host:port`. The channels of routes whose transport has that protocol
+    /// name it.
     pub fn server(mut self, name: impl Into<String>, url: &str) -> Self {
-        let (protocol, rest) = url.split_once("://").unwrap_or(("nats", url));
-        let host = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
-        let host = host.split(['/', ',']).next().unwrap_or(host);
+        // The first of a comma-separated list of servers.
+        let first = url.split(',').next().unwrap_or(url).trim();
+        let (protocol, rest) = first.split_once("://").unwrap_or(("nats", first));
+        let authority = rest.split(['/', '?', '#']).next().unwrap_or(rest);
+        let host = authority
+            .rsplit_once('@')
+            .map_or(authority, |(_, host)| host);
         self.servers.insert(
             name.into(),
             Server {
@@ -271,6 +280,60 @@ impl Topology {
             .get(handler)
             .copied()
             .unwrap_or(self.retry)
+    }
+
+    /// What in this topology does not fit `registry`, one sentence each: options for a name
+    /// that is neither a registered handler nor a relay, an inbox that receives none of the
+    /// registered events (its filter takes none of their subjects), and a received event that
+    /// no handler takes. `events asyncapi` and `events flow` print them as warnings.
+    pub fn warnings(&self, registry: &Registry) -> Vec<String> {
+        let events = Events::of(registry);
+        let mut out = Vec::new();
+        for name in self.handler_retry.keys() {
+            let handler = registry.handlers().iter().any(|h| h.name == name);
+            let relay = self.sends.iter().any(|s| s.destination == *name);
+            if !handler && !relay {
+                out.push(format!(
+                    "handler_options(\"{name}\"): no registered handler and no relay of this \
+                     topology has that name"
+                ));
+            }
+        }
+        for route in &self.receives {
+            let received: Vec<&str> = events
+                .by_name
+                .keys()
+                .copied()
+                .filter(|n| route.receives(n))
+                .collect();
+            if received.is_empty() {
+                out.push(format!(
+                    "inbox {} (filter {}) receives none of the registered events: no subject of \
+                     theirs falls within its filter",
+                    route.inbox,
+                    route.filter.as_deref().unwrap_or(">")
+                ));
+            }
+            for name in received {
+                if events.handlers_of(name).is_empty() {
+                    out.push(format!(
+                        "inbox {} receives {name}, which no registered handler takes",
+                        route.inbox
+                    ));
+                }
+            }
+        }
+        out
+    }
+
+    /// The destination names of its relays (`nats:EVENTS`).
+    pub(crate) fn relay_names(&self) -> impl Iterator<Item = &str> {
+        self.sends.iter().map(|s| s.destination.as_str())
+    }
+
+    /// The dead letter names of its inboxes (`nats-inbox:billing`).
+    pub(crate) fn inbox_names(&self) -> impl Iterator<Item = &str> {
+        self.receives.iter().map(|r| r.inbox.as_str())
     }
 
     /// The inboxes that receive the event `name`.
@@ -360,7 +423,8 @@ pub(crate) fn mode_name(mode: DeliveryMode) -> &'static str {
 }
 
 /// `s` as an identifier of AsyncAPI component keys and Mermaid node ids: each character
-/// other than `A-Z a-z 0-9 _` becomes `_`.
+/// other than `A-Z a-z 0-9 _` becomes `_`. Not injective (`a.b` and `a_b` meet): give each
+/// name its id through [`Ids`].
 pub(crate) fn ident(s: &str) -> String {
     s.chars()
         .map(|c| {
@@ -371,6 +435,42 @@ pub(crate) fn ident(s: &str) -> String {
             }
         })
         .collect()
+}
+
+/// A unique identifier per name: its [`ident`], or with `_2`, `_3` … when an earlier name
+/// took that one. The same names asked for in the same order get the same identifiers.
+#[derive(Debug, Default)]
+pub(crate) struct Ids {
+    by_name: BTreeMap<String, String>,
+    taken: BTreeSet<String>,
+}
+
+impl Ids {
+    pub(crate) fn id(&mut self, name: &str) -> String {
+        if let Some(id) = self.by_name.get(name) {
+            return id.clone();
+        }
+        let mut base = ident(name);
+        if base.is_empty() {
+            base.push('_');
+        }
+        let mut id = base.clone();
+        let mut n = 1;
+        while self.taken.contains(&id) {
+            n += 1;
+            id = format!("{base}_{n}");
+        }
+        self.taken.insert(id.clone());
+        self.by_name.insert(name.to_owned(), id.clone());
+        id
+    }
+}
+
+/// 32-bit FNV-1a of `s`: a stable short fingerprint, the same in every process and release.
+pub(crate) fn fingerprint(s: &str) -> u32 {
+    s.bytes().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    })
 }
 
 #[cfg(test)]
@@ -416,5 +516,25 @@ mod tests {
         let t = Topology::new("a", "1").server("nats", "nats://user:secret@broker:4222/x");
         assert_eq!(t.servers["nats"].host, "broker:4222");
         assert_eq!(t.servers["nats"].protocol, "nats");
+        let t = Topology::new("a", "1").server(
+            "nats",
+            "nats://alice:p@ss@n1:4222?tls=1,nats://bob:x@n2:4223",
+        );
+        assert_eq!(t.servers["nats"].host, "n1:4222");
+    }
+
+    #[test]
+    fn ids_are_unique_per_name_and_stable() {
+        let mut ids = Ids::default();
+        assert_eq!(ids.id("shop.order_placed"), "shop_order_placed");
+        assert_eq!(ids.id("shop_order.placed"), "shop_order_placed_2");
+        assert_eq!(ids.id("shop_order_placed_2"), "shop_order_placed_2_2");
+        assert_eq!(ids.id("shop.order_placed"), "shop_order_placed");
+        assert_eq!(ids.id(""), "_");
+        assert_eq!(
+            fingerprint("events.order.placed"),
+            fingerprint("events.order.placed")
+        );
+        assert_ne!(fingerprint("a.b"), fingerprint("a_b"));
     }
 }
