@@ -331,8 +331,15 @@ pub use tokio_util::sync::CancellationToken;
 /// without a version mismatch.
 pub use sqlx;
 
-// The README's examples are compiled and run as doc tests (with the `testing` feature, which
-// the quick start's harness example needs; `cargo test --workspace` enables it).
-#[cfg(all(doctest, feature = "testing"))]
+// The README's examples are compiled and run as doc tests (with the features they use:
+// `testing` for the quick start's harness, `cli`, `nats` and `rabbitmq` for the transports and
+// the embedded tool; `cargo test --workspace` enables them all).
+#[cfg(all(
+    doctest,
+    feature = "testing",
+    feature = "cli",
+    feature = "nats",
+    feature = "rabbitmq"
+))]
 #[doc = include_str!("../../README.md")]
 struct ReadmeDoctests;

@@ -422,6 +422,11 @@ fn the_official_parser_accepts_the_documents_and_refuses_a_broken_one() {
             "odd",
             &topology::asyncapi(&odd_registry(), &odd_topology()),
         ),
+        write(
+            TEST,
+            "rabbitmq",
+            &topology::asyncapi(&registry, &rabbitmq_producer()),
+        ),
         examples.join("orders.asyncapi.json"),
         examples.join("billing.asyncapi.json"),
     ];
@@ -431,7 +436,7 @@ fn the_official_parser_accepts_the_documents_and_refuses_a_broken_one() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "the parser refused: {stderr}");
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert_eq!(stdout.matches("ok: ").count(), 5, "{stdout}{stderr}");
+    assert_eq!(stdout.matches("ok: ").count(), 6, "{stdout}{stderr}");
     // Nothing but the note that 3.1.0 exists (3.0.0 is what Backstage and others read).
     for line in stderr.lines() {
         assert!(
@@ -737,4 +742,45 @@ async fn options_and_inboxes_that_fit_nothing_are_warned_about() {
     );
     let send = &doc["operations"]["send_shipping_topotest_shipment_created"];
     assert_eq!(send["x-events-retry"]["maxAttempts"], 3);
+}
+
+/// A producer whose relay is RabbitMQ's.
+fn rabbitmq_producer() -> Topology {
+    Topology::new("shipping", "2.1.0")
+        .server("rabbitmq", "amqp://guest:guest@127.0.0.1:5672/%2f")
+        .amqp_relay(
+            &event_runtime::transport::rabbitmq::RelayConfig::new("shipping")
+                .routing_key("topotest.shipment.delivered", "done.delivered"),
+        )
+}
+
+#[test]
+fn a_rabbitmq_relay_publishes_on_routing_keys_of_its_exchange() {
+    let registry = registry();
+    let doc = topology::asyncapi(&registry, &rabbitmq_producer());
+    assert_eq!(doc["servers"]["rabbitmq"]["protocol"], "amqp");
+    assert_eq!(doc["servers"]["rabbitmq"]["host"], "127.0.0.1:5672");
+    let created = &doc["channels"]["events_topotest_shipment_created"];
+    assert_eq!(created["address"], "events.topotest.shipment.created");
+    assert!(
+        created["description"]
+            .as_str()
+            .unwrap()
+            .contains("RabbitMQ exchange `shipping`"),
+        "{created}"
+    );
+    assert_eq!(created["servers"][0]["$ref"], "#/servers/rabbitmq");
+    assert_eq!(
+        doc["channels"]["done_delivered"]["address"],
+        "done.delivered"
+    );
+    let send = &doc["operations"]["send_events_topotest_shipment_created"];
+    assert_eq!(send["x-events-relay"]["destination"], "amqp:shipping");
+    let message = &doc["components"]["messages"]["topotest_shipment_created_v2"];
+    assert!(message["headers"]["properties"]["message-id"].is_object());
+    let flow = topology::flow(&registry, &rabbitmq_producer(), None);
+    assert!(
+        flow.contains("relay amqp:shipping<br/>exchange shipping"),
+        "{flow}"
+    );
 }

@@ -201,7 +201,10 @@ impl<'a, 'r> Doc<'a, 'r> {
         let mut channel = json!({
             "address": address,
             "title": name,
-            "description": format!("The events `{name}` on the {} stream `{stream}`.", transport.title),
+            "description": format!(
+                "The events `{name}` on the {} {} `{stream}`.",
+                transport.title, transport.container
+            ),
             "messages": messages,
             "x-events-stream": stream,
             "x-events-partitions": subjects.partitions,

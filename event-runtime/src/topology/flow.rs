@@ -164,7 +164,10 @@ pub fn flow(registry: &Registry, topology: &Topology, counts: Option<&FlowCounts
     }
     let mut subjects: BTreeMap<String, String> = BTreeMap::new();
     for route in &topology.sends {
-        let mut text = format!("relay {}<br/>stream {}", route.destination, route.stream);
+        let mut text = format!(
+            "relay {}<br/>{} {}",
+            route.destination, route.transport.container, route.stream
+        );
         live(&mut text, counts, &route.destination);
         let _ = writeln!(
             nodes,
@@ -186,8 +189,9 @@ pub fn flow(registry: &Registry, topology: &Topology, counts: Option<&FlowCounts
     }
     for route in &topology.receives {
         let mut text = format!(
-            "inbox {}<br/>stream {}, filter {}",
+            "inbox {}<br/>{} {}, filter {}",
             route.inbox,
+            route.transport.container,
             route.stream,
             route.filter.as_deref().unwrap_or(">")
         );

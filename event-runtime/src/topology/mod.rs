@@ -144,6 +144,8 @@ pub(crate) struct Transport {
     pub(crate) protocol: &'static str,
     /// `NATS JetStream`.
     pub(crate) title: &'static str,
+    /// What its routes publish to and read from: `stream` (NATS), `exchange` (RabbitMQ).
+    pub(crate) container: &'static str,
     /// The schema of the headers of its messages.
     pub(crate) headers: fn() -> serde_json::Value,
 }
@@ -327,11 +329,13 @@ impl Topology {
     }
 
     /// The destination names of its relays (`nats:EVENTS`).
+    #[cfg(feature = "cli")]
     pub(crate) fn relay_names(&self) -> impl Iterator<Item = &str> {
         self.sends.iter().map(|s| s.destination.as_str())
     }
 
     /// The dead letter names of its inboxes (`nats-inbox:billing`).
+    #[cfg(feature = "cli")]
     pub(crate) fn inbox_names(&self) -> impl Iterator<Item = &str> {
         self.receives.iter().map(|r| r.inbox.as_str())
     }

@@ -261,6 +261,27 @@ pub fn nats_url(test: &str, what: &str) -> Option<String> {
     }
 }
 
+/// The RabbitMQ URL of the RabbitMQ cases (`EVENTS_TEST_AMQP_URL`), or `None` after saying they
+/// are skipped. With `EVENTS_TEST_REQUIRE_SERVICES=1` a missing URL fails `test`.
+pub fn amqp_url(test: &str) -> Option<String> {
+    match std::env::var("EVENTS_TEST_AMQP_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            assert!(
+                std::env::var("EVENTS_TEST_REQUIRE_SERVICES").as_deref() != Ok("1"),
+                "{test}: EVENTS_TEST_REQUIRE_SERVICES=1 but EVENTS_TEST_AMQP_URL is not set"
+            );
+            say_once(
+                "RabbitMQ",
+                &format!(
+                    "RabbitMQ cases skipped ({test} and others): EVENTS_TEST_AMQP_URL is not set"
+                ),
+            );
+            None
+        }
+    }
+}
+
 /// With `EVENTS_TEST_LOG` set (`warn`, `info`…), the framework's log lines on standard error,
 /// for a post-mortem.
 pub fn log_from_env() {

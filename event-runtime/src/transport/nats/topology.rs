@@ -10,6 +10,7 @@ use crate::topology::{ReceiveRoute, SendRoute, Subjects, Topology, Transport};
 const NATS: Transport = Transport {
     protocol: "nats",
     title: "NATS JetStream",
+    container: "stream",
     headers,
 };
 

@@ -1,0 +1,129 @@
+//! RabbitMQ (feature `rabbitmq`, AMQP 0-9-1 on [`lapin`]): the relay ([`AmqpRelay`]) publishes
+//! committed events from the outbox to an exchange with publisher confirms. Works with
+//! RabbitMQ 3.10 and later.
+//!
+//! # The path of an event
+//! 1. The producer commits an event that the relay routes ([`RelayConfig`]): its outbox row and
+//!    a delivery to the relay are written in the same transaction.
+//! 2. The engine delivers it: the relay publishes the envelope as a CloudEvents
+//!    structured-mode message (CloudEvents AMQP protocol binding 1.0, §3.2: the body is the
+//!    envelope JSON, the AMQP `content-type` property `application/cloudevents+json`) to the
+//!    exchange with the routing key `<prefix>.<event name>` (`events.order.placed`),
+//!    persistent (`delivery-mode` 2), `message-id` = the event id, mandatory, and completes the
+//!    delivery when the broker confirms it (publisher confirms: the broker has stored it in
+//!    every queue it was routed to). At most one publish per aggregate is unconfirmed (the
+//!    engine's per-aggregate order); different aggregates are pipelined on one channel up to
+//!    [`RelayConfig::in_flight`]. The envelope carries its aggregate's chain (`prevsequence`)
+//!    as on NATS, so that a consumer's inbox applies each aggregate's events in order whatever
+//!    order the queues deliver them in.
+//!
+//! # When the broker has trouble
+//! Nothing ends in a silent success, and nothing that is the broker's fault uses an attempt:
+//! - the broker unreachable, or the connection lost: the relay pauses
+//!   ([`DeliveryError::Unavailable`](crate::DeliveryError::Unavailable): in the store, for
+//!   every worker, no attempt used) and reconnects when
+//!   [`Destination::available`](crate::Destination::available) finds the broker again,
+//!   asked every second;
+//! - the exchange missing (the broker closes the channel with 404 NOT_FOUND), or the message
+//!   returned as unroutable (no queue bound for its routing key: broken topology, as a
+//!   missing stream on NATS): the relay pauses until the exchange exists and takes the
+//!   message (asked every 5 s);
+//! - the channel closed by the broker for another reason: every publish unconfirmed on it is
+//!   given back without using its attempt (a short pause), and the channel is reopened;
+//! - a nack (the broker could not store the message: a queue that rejects publishes when
+//!   full, say) is a transient failure, retried with [`RelayConfig::retry`] and dead-lettered
+//!   when the attempts run out;
+//! - no confirm within [`RelayConfig::publish_timeout`]: retried (the broker may have stored
+//!   it: RabbitMQ has no de-duplication, so the consumer's inbox drops the second copy by its
+//!   event id).
+//!
+//! Every error and log line names the broker's URL without its password ([`redact_url`]).
+//!
+//! TLS (`amqps://`) needs one of `lapin`'s TLS features, which this crate leaves off: add
+//! `lapin = { version = "4", features = ["rustls"] }` to the application's dependencies.
+
+mod relay;
+mod topology;
+
+pub use relay::{AmqpRelay, RelayConfig};
+
+/// The AMQP `content-type` of every message the relay publishes: a CloudEvents
+/// structured-mode JSON event (CloudEvents AMQP protocol binding 1.0, §3.2).
+pub const CONTENT_TYPE: &str = "application/cloudevents+json";
+
+/// Why a RabbitMQ operation failed. Each names the broker's URL without its password.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AmqpError {
+    /// The broker could not be reached, or refused the connection (credentials, virtual
+    /// host).
+    #[error("cannot connect to RabbitMQ at {url}")]
+    Connect {
+        /// The URL, password masked.
+        url: String,
+        /// Why.
+        #[source]
+        source: lapin::Error,
+    },
+    /// The exchange the relay publishes to does not exist.
+    #[error("RabbitMQ at {url} has no exchange `{exchange}`: declare it (a durable topic exchange) before the relay publishes")]
+    NoExchange {
+        /// The URL, password masked.
+        url: String,
+        /// The exchange.
+        exchange: String,
+    },
+    /// Another refusal of the broker.
+    #[error("RabbitMQ at {url}: {what}")]
+    Broker {
+        /// The URL, password masked.
+        url: String,
+        /// What was being done.
+        what: String,
+        /// Why it failed.
+        #[source]
+        source: lapin::Error,
+    },
+}
+
+/// `url` with its password masked: `amqp://guest:***@127.0.0.1:5672/%2f`. A URL without a
+/// password is returned as it is.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, path) = match rest.find('/') {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    match authority.rsplit_once('@') {
+        Some((credentials, host)) => {
+            let user = credentials.split(':').next().unwrap_or("");
+            if credentials.contains(':') {
+                format!("{scheme}://{user}:***@{host}{path}")
+            } else {
+                format!("{scheme}://{user}@{host}{path}")
+            }
+        }
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_masked() {
+        assert_eq!(
+            redact_url("amqp://guest:s3cret@127.0.0.1:5672/%2f"),
+            "amqp://guest:***@127.0.0.1:5672/%2f"
+        );
+        assert_eq!(
+            redact_url("amqp://a:b@c@host:5672"),
+            "amqp://a:***@host:5672"
+        );
+        assert_eq!(redact_url("amqp://host:5672"), "amqp://host:5672");
+        assert_eq!(redact_url("amqp://user@host"), "amqp://user@host");
+    }
+}
