@@ -1,10 +1,12 @@
-//! The RabbitMQ relay through a broker restart (`rabbitmqctl stop_app` / `start_app` on the
-//! machine's broker, `EVENTS_TEST_AMQP_URL`): the relay pauses while the broker is away, uses
-//! no attempt, and resumes by itself; every event reaches the durable queue, each aggregate's
-//! first copies in order (a publish the broker stored but could not confirm before it stopped
-//! is sent again: a duplicate the consumer's inbox drops by its event id). Its own test binary:
-//! the restart would disturb any other RabbitMQ test running beside it. A guard starts the
-//! broker again whatever happens.
+//! The RabbitMQ relay through the broker's own faults, on the machine's broker
+//! (`EVENTS_TEST_AMQP_URL`, driven with `rabbitmqctl`): a restart (`stop_app` / `start_app`)
+//! and a memory alarm that blocks publishers (the high watermark set near zero). The relay
+//! pauses while the broker is away or blocking, says why, uses no attempt, and resumes by
+//! itself; every event reaches the durable queue, each aggregate's first copies in order (a
+//! publish the broker stored but could not confirm is sent again: a duplicate the consumer's
+//! inbox drops by its event id). Its own test binary, one case at a time: a fault would disturb
+//! any other RabbitMQ test running beside it. Guards start the broker again and restore the
+//! watermark whatever happens.
 
 mod common;
 
@@ -46,6 +48,9 @@ fn rabbitmqctl(args: &[&str]) -> Result<(), String> {
     }
 }
 
+/// One fault at a time in this binary.
+static ALONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Starts the broker's application again when dropped, whatever happened.
 struct StartAgain;
 
@@ -64,23 +69,30 @@ async fn channel(url: &str) -> (Connection, Channel) {
     (connection, channel)
 }
 
-#[tokio::test]
-async fn a_broker_restart_pauses_the_relay_and_loses_nothing() {
-    const TEST: &str = "amqp_restart";
-    let Some(url) = common::amqp_url(TEST) else {
-        return;
-    };
+/// The broker's URL, or `None` after saying why the case is skipped (no URL, or no
+/// `rabbitmqctl` to drive the broker with).
+fn broker(test: &str) -> Option<String> {
+    let url = common::amqp_url(test)?;
     if let Err(why) = rabbitmqctl(&["status"]) {
         assert!(
             std::env::var("EVENTS_TEST_REQUIRE_SERVICES").as_deref() != Ok("1"),
-            "{TEST}: EVENTS_TEST_REQUIRE_SERVICES=1 but the broker cannot be restarted: {why}"
+            "{test}: EVENTS_TEST_REQUIRE_SERVICES=1 but the broker cannot be driven: {why}"
         );
-        common::say_once("RabbitMQ restart", &format!("{TEST}: skipped: {why}"));
-        return;
+        common::say_once("rabbitmqctl", &format!("{test}: skipped: {why}"));
+        return None;
     }
-    let id = common::unique(TEST);
+    Some(url)
+}
+
+const PARCELS: usize = 20;
+const HOPS: u32 = 15;
+
+/// A durable exchange and a durable queue bound to `events.#`, and an outbox whose relay
+/// publishes there, holding `PARCELS` × `HOPS` committed events.
+async fn setup(test: &str, url: &str) -> (String, String, Outbox, event_runtime::Store) {
+    let id = common::unique(test);
     let (exchange, queue) = (format!("x-{id}"), format!("q-{id}"));
-    let (_connection, ch) = channel(&url).await;
+    let (_connection, ch) = channel(url).await;
     ch.exchange_declare(
         exchange.as_str().into(),
         ExchangeKind::Topic,
@@ -113,21 +125,19 @@ async fn a_broker_restart_pauses_the_relay_and_loses_nothing() {
     .unwrap();
 
     let relay = AmqpRelay::new(
-        &url,
+        url,
         RelayConfig::new(&exchange).retry(RetryPolicy {
             max_attempts: 3,
             initial_backoff: Duration::from_millis(10),
             max_backoff: Duration::from_millis(50),
         }),
     );
-    let (_, store) = common::sqlite(TEST).await;
+    let (_, store) = common::sqlite(test).await;
     let outbox = Outbox::builder(store.clone())
         .dispatcher(Dispatcher::builder_empty().event::<Moved>())
         .destination(relay)
         .build()
         .unwrap();
-    const PARCELS: usize = 20;
-    const HOPS: u32 = 15;
     for hop in 1..=HOPS {
         let mut uow = outbox.begin().await.unwrap();
         for p in 0..PARCELS {
@@ -141,6 +151,17 @@ async fn a_broker_restart_pauses_the_relay_and_loses_nothing() {
         }
         uow.commit().await.unwrap();
     }
+    (exchange, queue, outbox, store)
+}
+
+#[tokio::test]
+async fn a_broker_restart_pauses_the_relay_and_loses_nothing() {
+    const TEST: &str = "amqp_restart";
+    let Some(url) = broker(TEST) else {
+        return;
+    };
+    let _alone = ALONE.lock().await;
+    let (exchange, queue, outbox, store) = setup(TEST, &url).await;
     let total = PARCELS * HOPS as usize;
 
     let workers = outbox.spawn_workers(1);
@@ -189,13 +210,18 @@ async fn a_broker_restart_pauses_the_relay_and_loses_nothing() {
         .unwrap();
     assert!(dead.is_empty(), "{dead:?}");
 
-    // Every event in the durable queue; each aggregate's first copies in order.
-    let (_connection, ch) = channel(&url).await;
+    expect_all_in_order(&url, &exchange, &queue, total).await;
+}
+
+/// Every event of the run in the durable queue `queue`, each aggregate's first copies in order;
+/// then the queue and `exchange` deleted.
+async fn expect_all_in_order(url: &str, exchange: &str, queue: &str, total: usize) {
+    let (_connection, ch) = channel(url).await;
     let mut seen = HashSet::new();
     let mut last: BTreeMap<String, u64> = BTreeMap::new();
     let mut copies = 0;
     while let Some(m) = ch
-        .basic_get(queue.as_str().into(), BasicGetOptions { no_ack: true })
+        .basic_get(queue.into(), BasicGetOptions { no_ack: true })
         .await
         .unwrap()
     {
@@ -216,9 +242,84 @@ async fn a_broker_restart_pauses_the_relay_and_loses_nothing() {
         seen.len()
     );
     let _ = ch
-        .queue_delete(queue.as_str().into(), QueueDeleteOptions::default())
+        .queue_delete(queue.into(), QueueDeleteOptions::default())
         .await;
     let _ = ch
-        .exchange_delete(exchange.as_str().into(), ExchangeDeleteOptions::default())
+        .exchange_delete(exchange.into(), ExchangeDeleteOptions::default())
         .await;
+}
+
+/// Restores the memory high watermark when dropped, whatever happened.
+struct Watermark(String);
+
+impl Drop for Watermark {
+    fn drop(&mut self) {
+        let _ = rabbitmqctl(&["set_vm_memory_high_watermark", &self.0]);
+    }
+}
+
+#[tokio::test]
+async fn a_memory_alarm_pauses_the_relay_and_says_so_until_it_clears() {
+    const TEST: &str = "amqp_alarm";
+    let Some(url) = broker(TEST) else {
+        return;
+    };
+    let _alone = ALONE.lock().await;
+    let (exchange, queue, outbox, store) = setup(TEST, &url).await;
+    let total = PARCELS * HOPS as usize;
+    let before = Command::new("rabbitmqctl")
+        .args(["eval", "vm_memory_monitor:get_vm_memory_high_watermark()."])
+        .output()
+        .unwrap();
+    let before = String::from_utf8_lossy(&before.stdout).trim().to_owned();
+    let before = if before.parse::<f64>().is_ok() {
+        before
+    } else {
+        "0.4".to_owned()
+    };
+    let restore = Watermark(before);
+    rabbitmqctl(&["set_vm_memory_high_watermark", "0.0000001"]).unwrap();
+
+    let workers = outbox.spawn_workers(1);
+    let destination = format!("amqp:{exchange}");
+    let start = Instant::now();
+    loop {
+        let reason = store
+            .paused_destinations()
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|p| p.destination == destination)
+            .map(|p| p.reason);
+        if reason
+            .as_deref()
+            .is_some_and(|r| r.contains("blocks publishers"))
+        {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "never paused for the alarm: {reason:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(store.stats().await.unwrap().pending > 0);
+    drop(restore);
+
+    let start = Instant::now();
+    while store.stats().await.unwrap().pending > 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "not all published after the alarm cleared"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    workers.shutdown(Duration::from_secs(10)).await.unwrap();
+    let dead = store
+        .dead_letters(&DeadLetterFilter::default())
+        .await
+        .unwrap();
+    assert!(dead.is_empty(), "{dead:?}");
+    expect_all_in_order(&url, &exchange, &queue, total).await;
 }

@@ -30,6 +30,10 @@
 //!   message (asked every 5 s);
 //! - the channel closed by the broker for another reason: every publish unconfirmed on it is
 //!   given back without using its attempt (a short pause), and the channel is reopened;
+//! - the broker blocking publishers (`connection.blocked`: a memory or disk alarm): the relay
+//!   pauses and says why (a warning naming the broker), and publishes again once the alarm
+//!   clears; a publish held back by an alarm that began while it was in flight uses no
+//!   attempt either;
 //! - a nack (the broker could not store the message: a queue that rejects publishes when
 //!   full, say) is a transient failure, retried with [`RelayConfig::retry`] and dead-lettered
 //!   when the attempts run out;

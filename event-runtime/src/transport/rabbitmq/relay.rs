@@ -190,6 +190,8 @@ enum Trouble {
     Topology(String),
     /// The channel was closed by the broker for another reason: give the delivery back.
     ChannelClosed(String),
+    /// The broker blocks publishers (a memory or disk alarm): wait.
+    Blocked(String),
     /// Anything else: retried with backoff.
     Other(String),
 }
@@ -295,11 +297,30 @@ impl AmqpRelay {
         Ok(channel)
     }
 
+    /// Why the broker blocks publishers on the open connection (RabbitMQ's
+    /// `connection.blocked`: a memory or disk alarm), if it does.
+    async fn blocked(&self) -> Option<Trouble> {
+        let link = self.link.lock().await;
+        let blocked = link
+            .as_ref()
+            .is_some_and(|l| l.connection.status().blocked());
+        blocked.then(|| {
+            Trouble::Blocked(format!(
+                "RabbitMQ at {} blocks publishers (a memory or disk alarm): waiting until it \
+                 takes messages again",
+                self.shown
+            ))
+        })
+    }
+
     /// Publishes one delivery and waits for its confirm.
     async fn publish(&self, d: &Delivery<'_>) -> Result<(), Trouble> {
         let channel = self.channel().await.map_err(|e| {
             Trouble::Unreachable(format!("RabbitMQ at {} unreachable: {e}", self.shown))
         })?;
+        if let Some(blocked) = self.blocked().await {
+            return Err(blocked);
+        }
         let key = self.config.routing_key_of(d.name);
         let body = d.wire_envelope();
         let properties = BasicProperties::default()
@@ -323,11 +344,15 @@ impl AmqpRelay {
         };
         let confirmation = match tokio::time::timeout(self.config.publish_timeout, publish).await {
             Err(_) => {
+                // Held back by an alarm that began while it was in flight: not an attempt.
+                if let Some(blocked) = self.blocked().await {
+                    return Err(blocked);
+                }
                 return Err(Trouble::Other(format!(
                     "RabbitMQ at {} did not confirm the publish within {} ms",
                     self.shown,
                     self.config.publish_timeout.as_millis()
-                )))
+                )));
             }
             Ok(Err(e)) => return Err(self.classify(&e, &key)),
             Ok(Ok(confirmation)) => confirmation,
@@ -431,6 +456,13 @@ impl Destination for AmqpRelay {
                     retry_after: TOPOLOGY_EVERY,
                 })
             }
+            Err(Trouble::Blocked(reason)) => {
+                tracing::warn!(relay = %self.config.name, "{reason}");
+                Err(DeliveryError::Unavailable {
+                    reason,
+                    retry_after: RECONNECT_EVERY,
+                })
+            }
             Err(Trouble::ChannelClosed(reason)) => Err(DeliveryError::Unavailable {
                 reason,
                 retry_after: REOPEN_AFTER,
@@ -443,7 +475,9 @@ impl Destination for AmqpRelay {
 
     async fn available(&self) -> bool {
         match self.channel().await {
-            Ok(channel) => self.exchange_exists(&channel).await.is_ok(),
+            Ok(channel) => {
+                self.blocked().await.is_none() && self.exchange_exists(&channel).await.is_ok()
+            }
             Err(_) => false,
         }
     }
