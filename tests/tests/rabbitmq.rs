@@ -362,3 +362,90 @@ async fn a_nack_is_a_transient_failure_retried_then_dead_lettered() {
     assert!(error.contains("nack"), "{error}");
     broker.delete().await;
 }
+
+const PYTHON_READER: &str = r#"
+import json, sys
+import pika
+try:
+    from cloudevents.v1.http import from_json  # cloudevents 2.x
+except ImportError:
+    from cloudevents.http import from_json  # 1.x
+
+connection = pika.BlockingConnection(pika.URLParameters(sys.argv[1]))
+channel = connection.channel()
+out = []
+while True:
+    method, properties, body = channel.basic_get(sys.argv[2], auto_ack=True)
+    if method is None:
+        break
+    event = from_json(body)
+    out.append({
+        "message_id": properties.message_id,
+        "content_type": properties.content_type,
+        "delivery_mode": properties.delivery_mode,
+        "routing_key": method.routing_key,
+        "id": event["id"],
+        "type": event["type"],
+        "source": event["source"],
+        "subject": event["subject"],
+        "data": event.data,
+    })
+connection.close()
+print(json.dumps(out))
+"#;
+
+#[tokio::test]
+async fn the_python_amqp_client_and_cloudevents_sdk_read_every_published_event() {
+    let Some(broker) = Broker::new("amqp_python").await else {
+        return;
+    };
+    broker.declare_exchange().await;
+    broker.declare_queue(FieldTable::default()).await;
+    let relay = AmqpRelay::new(&broker.url, RelayConfig::new(&broker.exchange));
+    let outbox = producer("amqp_python", relay).await;
+    commit(&outbox, 2, 3).await;
+    outbox.drain(Duration::from_secs(30)).await.unwrap();
+
+    let require = std::env::var("EVENTS_TEST_REQUIRE_SERVICES").as_deref() == Ok("1");
+    let out = std::process::Command::new("python3")
+        .args(["-c", PYTHON_READER, &broker.url, &broker.queue])
+        .output();
+    let out = match out {
+        Ok(o) if o.status.success() => o,
+        Ok(o) => {
+            let stderr = String::from_utf8_lossy(&o.stderr);
+            if !require && stderr.contains("ModuleNotFoundError") {
+                common::say_once(
+                    "pika",
+                    &format!("Python reader skipped (pip install pika cloudevents): {stderr}"),
+                );
+                broker.delete().await;
+                return;
+            }
+            panic!("the Python reader failed: {stderr}")
+        }
+        Err(e) if require => panic!("python3: {e}"),
+        Err(e) => {
+            common::say_once("python3", &format!("Python reader skipped: {e}"));
+            broker.delete().await;
+            return;
+        }
+    };
+    let read: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(read.len(), 6, "each once: {read:?}");
+    let mut ids = HashSet::new();
+    for m in &read {
+        assert_eq!(m["message_id"], m["id"]);
+        assert!(ids.insert(m["id"].as_str().unwrap().to_owned()));
+        assert_eq!(m["content_type"], "application/cloudevents+json");
+        assert_eq!(m["delivery_mode"], 2);
+        assert_eq!(m["routing_key"], "events.amqptest.parcel.moved");
+        assert_eq!(m["type"], "amqptest.parcel.moved");
+        assert_eq!(m["source"], "urn:test:parcels");
+        assert!(m["subject"].as_str().unwrap().starts_with('p'));
+        assert!(m["data"]["hop"]
+            .as_u64()
+            .is_some_and(|h| (1..=3).contains(&h)));
+    }
+    broker.delete().await;
+}
