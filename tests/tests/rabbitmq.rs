@@ -1,9 +1,13 @@
-//! The RabbitMQ relay against the real broker (`EVENTS_TEST_AMQP_URL`, skipped when unset,
-//! failing with `EVENTS_TEST_REQUIRE_SERVICES=1`): each event published once per delivery as a
-//! persistent CloudEvents message with its event id and aggregate chain, each aggregate in
-//! order; a missing exchange, an unroutable event and an unreachable broker pause the relay
-//! without using attempts, and it resumes by itself once the topology is there; a nack is a
-//! transient failure. Each test uses exchanges and queues of its own, deleted at the end.
+//! The RabbitMQ relay and inbox against the real broker (`EVENTS_TEST_AMQP_URL`, skipped when
+//! unset, failing with `EVENTS_TEST_REQUIRE_SERVICES=1`): each event published once per
+//! delivery as a persistent CloudEvents message with its event id and aggregate chain, each
+//! aggregate in order; a missing exchange, an unroutable event and an unreachable broker pause
+//! the relay without using attempts, and it resumes by itself once the topology is there; a
+//! nack is a transient failure. The inbox applies each event once and in its aggregate's order
+//! (after a redelivery of what another consumer held unacknowledged, and of what was committed
+//! but not acknowledged), dead-letters what the core refuses with the broker's metadata, and
+//! stops naming a queue deleted under it. Each test uses exchanges and queues of its own,
+//! deleted at the end.
 
 mod common;
 
@@ -11,15 +15,18 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use event_core::{DomainEvent, Envelope};
-use event_runtime::transport::rabbitmq::{AmqpError, AmqpRelay, RelayConfig};
-use event_runtime::{DeadLetterFilter, Dispatcher, Outbox, RetryPolicy, Store};
+use event_core::{event_handler, DomainEvent, Envelope, HandlerError};
+use event_runtime::inbox::{Incoming, Origin};
+use event_runtime::transport::rabbitmq::{
+    AmqpError, AmqpInbox, AmqpRelay, InboxConfig, RelayConfig,
+};
+use event_runtime::{CancellationToken, DeadLetterFilter, Dispatcher, Outbox, RetryPolicy, Store};
 use lapin::options::{
-    BasicGetOptions, ExchangeDeclareOptions, ExchangeDeleteOptions, QueueBindOptions,
-    QueueDeclareOptions, QueueDeleteOptions,
+    BasicConsumeOptions, BasicGetOptions, BasicPublishOptions, ExchangeDeclareOptions,
+    ExchangeDeleteOptions, QueueBindOptions, QueueDeclareOptions, QueueDeleteOptions,
 };
 use lapin::types::{AMQPValue, FieldTable};
-use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Serialize, Deserialize, DomainEvent)]
@@ -447,5 +454,321 @@ async fn the_python_amqp_client_and_cloudevents_sdk_read_every_published_event()
             .as_u64()
             .is_some_and(|h| (1..=3).contains(&h)));
     }
+    broker.delete().await;
+}
+
+/// What the consuming service's handler saw: each parcel's hops in the order it ran them.
+#[derive(Default)]
+struct Seen(std::sync::Mutex<BTreeMap<String, Vec<u32>>>);
+
+#[event_handler(name = "amqptest.track")]
+async fn track(e: &Envelope<Moved>, seen: &Seen) -> Result<(), HandlerError> {
+    let mut seen = seen.0.lock().unwrap();
+    seen.entry(e.event().parcel.clone())
+        .or_default()
+        .push(e.event().hop);
+    Ok(())
+}
+
+/// The consuming service: `Moved` tracked into `seen`.
+async fn consumer(test: &str, seen: &Arc<Seen>) -> Outbox {
+    let (_, store) = common::sqlite(test).await;
+    Outbox::builder(store)
+        .dispatcher(
+            Dispatcher::builder_empty()
+                .event::<Moved>()
+                .handler::<track>(),
+        )
+        .resource_arc(Arc::clone(seen))
+        .build()
+        .unwrap()
+}
+
+/// Runs `inbox` until idle for a second, then the consumer's workers until done.
+async fn consume(inbox: &AmqpInbox, outbox: &Outbox) -> event_runtime::inbox::InboxReport {
+    let report = inbox
+        .run(CancellationToken::new(), Some(Duration::from_secs(2)))
+        .await
+        .unwrap();
+    outbox.drain(Duration::from_secs(30)).await.unwrap();
+    report
+}
+
+/// Each parcel's hops 1..=`hops`, each once, in order.
+fn assert_each_once_in_order(seen: &Seen, parcels: usize, hops: u32) {
+    let seen = seen.0.lock().unwrap();
+    assert_eq!(seen.len(), parcels, "{seen:?}");
+    for (parcel, got) in seen.iter() {
+        assert_eq!(*got, (1..=hops).collect::<Vec<_>>(), "{parcel}");
+    }
+}
+
+#[tokio::test]
+async fn the_inbox_applies_each_event_once_in_its_aggregates_order_through_redeliveries() {
+    let Some(broker) = Broker::new("amqp_inbox").await else {
+        return;
+    };
+    broker.declare_exchange().await;
+    broker.declare_queue(FieldTable::default()).await;
+    let relay = AmqpRelay::new(&broker.url, RelayConfig::new(&broker.exchange));
+    let producer = producer("amqp_inbox_p", relay).await;
+    commit(&producer, 4, 6).await;
+    producer.drain(Duration::from_secs(30)).await.unwrap();
+
+    // Another consumer takes some messages and dies without acknowledging them: they come
+    // back, out of the queue's order.
+    {
+        let connection = Connection::connect(&broker.url, ConnectionProperties::default())
+            .await
+            .unwrap();
+        let channel = connection.create_channel().await.unwrap();
+        channel
+            .basic_qos(5, lapin::options::BasicQosOptions::default())
+            .await
+            .unwrap();
+        let mut held = channel
+            .basic_consume(
+                broker.queue.as_str().into(),
+                "crashing".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
+        use futures_util::StreamExt;
+        for _ in 0..5 {
+            held.next().await.unwrap().unwrap();
+        }
+        drop(held);
+        connection.close(200, "crash".into()).await.unwrap();
+    }
+
+    let seen = Arc::new(Seen::default());
+    let outbox = consumer("amqp_inbox_c", &seen).await;
+    let inbox = AmqpInbox::new(
+        &broker.url,
+        outbox.clone(),
+        InboxConfig::new(&broker.queue).batch(7),
+    )
+    .await
+    .unwrap();
+    let report = consume(&inbox, &outbox).await;
+    assert_eq!(report.received, 24, "{report:?}");
+    assert_eq!(report.appended, 24, "{report:?}");
+    assert_eq!(report.acked, 24, "{report:?}");
+    assert_each_once_in_order(&seen, 4, 6);
+
+    broker.delete().await;
+}
+
+#[tokio::test]
+async fn a_message_the_core_refuses_is_a_dead_letter_with_the_brokers_metadata() {
+    let Some(broker) = Broker::new("amqp_refused").await else {
+        return;
+    };
+    broker.declare_exchange().await;
+    broker.declare_queue(FieldTable::default()).await;
+    let seen = Arc::new(Seen::default());
+    let outbox = consumer("amqp_refused", &seen).await;
+    let inbox = AmqpInbox::new(&broker.url, outbox.clone(), InboxConfig::new(&broker.queue))
+        .await
+        .unwrap();
+    // Garbage, then a valid event twice (the second a duplicate).
+    let publish = |body: Vec<u8>| {
+        let channel = broker.channel.clone();
+        let exchange = broker.exchange.clone();
+        async move {
+            channel
+                .basic_publish(
+                    exchange.as_str().into(),
+                    "events.amqptest.parcel.moved".into(),
+                    BasicPublishOptions::default(),
+                    &body,
+                    BasicProperties::default()
+                        .with_content_type("application/cloudevents+json".into()),
+                )
+                .await
+                .unwrap()
+                .await
+                .unwrap();
+        }
+    };
+    publish(b"not an envelope".to_vec()).await;
+    let event = serde_json::to_vec(
+        &Envelope::new(Moved {
+            parcel: "p0".into(),
+            hop: 1,
+        })
+        .with_sequence(1)
+        .with_source("urn:test:parcels"),
+    )
+    .unwrap();
+    publish(event.clone()).await;
+    publish(event).await;
+
+    let report = consume(&inbox, &outbox).await;
+    assert_eq!(
+        (
+            report.received,
+            report.appended,
+            report.duplicates,
+            report.dead_lettered,
+            report.acked
+        ),
+        (3, 1, 1, 1, 3),
+        "{report:?}"
+    );
+    assert_each_once_in_order(&seen, 1, 1);
+    let dead = outbox
+        .store()
+        .dead_letters(&DeadLetterFilter::default())
+        .await
+        .unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].handler, format!("rabbitmq-inbox:{}", broker.queue));
+    let origin = dead[0].origin.as_ref().expect("the broker's metadata");
+    assert_eq!(origin.transport, "rabbitmq");
+    assert_eq!(origin.source, broker.queue);
+    assert_eq!(origin.attributes["exchange"], broker.exchange);
+    assert_eq!(
+        origin.attributes["routing_key"],
+        "events.amqptest.parcel.moved"
+    );
+    assert_eq!(origin.attributes["queue"], broker.queue);
+    // Acknowledged: the broker forgot them.
+    assert!(broker.drain_queue().await.is_empty());
+    broker.delete().await;
+}
+
+#[tokio::test]
+async fn committed_but_unacknowledged_messages_come_back_as_duplicates() {
+    let Some(broker) = Broker::new("amqp_unacked").await else {
+        return;
+    };
+    broker.declare_exchange().await;
+    broker.declare_queue(FieldTable::default()).await;
+    let relay = AmqpRelay::new(&broker.url, RelayConfig::new(&broker.exchange));
+    let producer = producer("amqp_unacked_p", relay).await;
+    commit(&producer, 2, 3).await;
+    producer.drain(Duration::from_secs(30)).await.unwrap();
+
+    let seen = Arc::new(Seen::default());
+    let outbox = consumer("amqp_unacked_c", &seen).await;
+    // A consumer that committed every message through the inbox core and crashed before its
+    // acks: what the queue holds now.
+    let messages = broker.drain_queue().await;
+    let batch: Vec<Incoming> = messages
+        .iter()
+        .map(|m| {
+            Incoming::new(
+                m.delivery.data.clone(),
+                Origin::new("rabbitmq", broker.queue.as_str(), 0),
+            )
+        })
+        .collect();
+    let receipt = outbox
+        .receive(&format!("rabbitmq-inbox:{}", broker.queue), batch)
+        .await;
+    assert!(receipt.error.is_none());
+    for m in &messages {
+        broker
+            .channel
+            .basic_publish(
+                broker.exchange.as_str().into(),
+                m.delivery.routing_key.clone(),
+                BasicPublishOptions::default(),
+                &m.delivery.data,
+                m.delivery.properties.clone(),
+            )
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    let inbox = AmqpInbox::new(&broker.url, outbox.clone(), InboxConfig::new(&broker.queue))
+        .await
+        .unwrap();
+    let report = consume(&inbox, &outbox).await;
+    assert_eq!(
+        (
+            report.received,
+            report.appended,
+            report.duplicates,
+            report.acked
+        ),
+        (6, 0, 6, 6),
+        "{report:?}"
+    );
+    assert_each_once_in_order(&seen, 2, 3);
+    broker.delete().await;
+}
+
+#[tokio::test]
+async fn a_queue_deleted_under_the_inbox_stops_it_naming_the_queue() {
+    let Some(broker) = Broker::new("amqp_deleted").await else {
+        return;
+    };
+    broker.declare_exchange().await;
+    broker.declare_queue(FieldTable::default()).await;
+    let seen = Arc::new(Seen::default());
+    let outbox = consumer("amqp_deleted", &seen).await;
+    // A queue that does not exist is refused at once.
+    let e = AmqpInbox::new(
+        &broker.url,
+        outbox.clone(),
+        InboxConfig::new("no-such-queue-x"),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(e, AmqpError::NoQueue { .. }), "{e:?}");
+    assert!(e.to_string().contains("no-such-queue-x"), "{e}");
+
+    let inbox = AmqpInbox::new(&broker.url, outbox.clone(), InboxConfig::new(&broker.queue))
+        .await
+        .unwrap();
+    let running = tokio::spawn(async move { inbox.run(CancellationToken::new(), None).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    broker.delete().await;
+    let stopped = tokio::time::timeout(Duration::from_secs(15), running)
+        .await
+        .expect("the inbox went on as if idle")
+        .unwrap();
+    let e = stopped.unwrap_err();
+    assert!(matches!(e, AmqpError::NoQueue { .. }), "{e:?}");
+    assert!(e.to_string().contains(&broker.queue), "{e}");
+}
+
+#[event_handler(name = "amqptest.at_commit", in_transaction)]
+async fn at_commit(_: &Envelope<Moved>) -> Result<(), HandlerError> {
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_inbox_refuses_in_transaction_handlers_unless_allowed() {
+    let Some(broker) = Broker::new("amqp_in_tx").await else {
+        return;
+    };
+    broker.declare_exchange().await;
+    broker.declare_queue(FieldTable::default()).await;
+    let (_, store) = common::sqlite("amqp_in_tx").await;
+    let outbox = Outbox::builder(store)
+        .dispatcher(
+            Dispatcher::builder_empty()
+                .event::<Moved>()
+                .handler::<at_commit>(),
+        )
+        .build()
+        .unwrap();
+    let e = AmqpInbox::new(&broker.url, outbox.clone(), InboxConfig::new(&broker.queue))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("amqptest.at_commit"), "{e}");
+    AmqpInbox::new(
+        &broker.url,
+        outbox,
+        InboxConfig::new(&broker.queue).allow_in_transaction_handlers(true),
+    )
+    .await
+    .unwrap();
     broker.delete().await;
 }

@@ -1,6 +1,7 @@
 //! RabbitMQ (feature `rabbitmq`, AMQP 0-9-1 on [`lapin`]): the relay ([`AmqpRelay`]) publishes
-//! committed events from the outbox to an exchange with publisher confirms. Works with
-//! RabbitMQ 3.10 and later.
+//! committed events from the outbox to an exchange with publisher confirms, and the inbox
+//! ([`AmqpInbox`]) commits what a queue delivers into a consuming service's outbox through the
+//! [inbox core](crate::inbox). Works with RabbitMQ 3.10 and later.
 //!
 //! # The path of an event
 //! 1. The producer commits an event that the relay routes ([`RelayConfig`]): its outbox row and
@@ -46,9 +47,11 @@
 //! TLS (`amqps://`) needs one of `lapin`'s TLS features, which this crate leaves off: add
 //! `lapin = { version = "4", features = ["rustls"] }` to the application's dependencies.
 
+mod inbox;
 mod relay;
 mod topology;
 
+pub use inbox::{AmqpInbox, InboxConfig};
 pub use relay::{AmqpRelay, RelayConfig};
 
 /// The AMQP `content-type` of every message the relay publishes: a CloudEvents
@@ -77,6 +80,20 @@ pub enum AmqpError {
         /// The exchange.
         exchange: String,
     },
+    /// The queue an inbox consumes does not exist (never declared, or deleted while it ran).
+    #[error("RabbitMQ at {url} has no queue `{queue}`: declare it and bind it before the inbox consumes it")]
+    NoQueue {
+        /// The URL, password masked.
+        url: String,
+        /// The queue.
+        queue: String,
+    },
+    /// The configuration cannot work (an in-transaction handler behind an inbox).
+    #[error("{0}")]
+    Config(String),
+    /// The consuming outbox failed to commit a batch (the batch was given back).
+    #[error("the inbox could not commit the batch")]
+    Outbox(#[source] crate::OutboxError),
     /// Another refusal of the broker.
     #[error("RabbitMQ at {url}: {what}")]
     Broker {

@@ -415,7 +415,7 @@ impl AmqpRelay {
 
 /// Whether `e` is the broker's 404 NOT_FOUND (a missing exchange), also when it reached this
 /// publish as the state of the channel it closed.
-fn not_found(e: &lapin::Error) -> bool {
+pub(super) fn not_found(e: &lapin::Error) -> bool {
     match e.kind() {
         ErrorKind::ProtocolError(p) => {
             matches!(p.kind(), AMQPErrorKind::Soft(AMQPSoftError::NOTFOUND))

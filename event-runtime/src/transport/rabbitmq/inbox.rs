@@ -1,0 +1,438 @@
+//! The inbox: consumes one queue with manual acknowledgements and a bounded prefetch, hands
+//! each batch to the transport-neutral [inbox core](crate::inbox) and acknowledges each
+//! message only after the core committed it. It must not decode, de-duplicate or order on its
+//! own: the core does.
+
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use lapin::message::Delivery;
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, QueueDeclareOptions,
+};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{Channel, Connection, ConnectionProperties, Consumer};
+
+use super::{redact_url, AmqpError};
+use crate::inbox::{InboxReport, Incoming, Origin, Verdict};
+use crate::{CancellationToken, Outbox};
+
+/// How the inbox consumes: its queue and its batches. [`InboxConfig::new`], changed with one
+/// setter per field.
+///
+/// `#[non_exhaustive]`: fields are added in minor releases, so build it from
+/// [`new`](Self::new) and the setters, never with a struct literal.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct InboxConfig {
+    /// The queue to consume (declared by the topology, never by the inbox).
+    pub queue: String,
+    /// The inbox's name: the handler of its dead letters (default `rabbitmq-inbox:<queue>`).
+    /// Keep it: a new name is a new inbox to the dead letter queue.
+    pub name: String,
+    /// Messages committed at once, and the consumer's prefetch: the broker hands out at most
+    /// this many unacknowledged (default 64, at most 65,535).
+    pub batch: u16,
+    /// How long a batch waits for more messages once the first is in (default 50 ms).
+    pub batch_wait: Duration,
+    /// How long one receive waits for a first message (default 1 s): the pace at which
+    /// [`AmqpInbox::run`] looks at its cancellation and idle time.
+    pub fetch_wait: Duration,
+    /// Whether the consuming outbox may register `in_transaction` handlers (default `false`:
+    /// [`AmqpInbox::new`] refuses them): they run when a received event is committed, before a
+    /// predecessor it waits for has arrived, so they see the broker's order.
+    pub allow_in_transaction_handlers: bool,
+}
+
+impl InboxConfig {
+    /// The queue `queue`, with the defaults above.
+    pub fn new(queue: impl Into<String>) -> Self {
+        let queue = queue.into();
+        InboxConfig {
+            name: format!("rabbitmq-inbox:{queue}"),
+            queue,
+            batch: 64,
+            batch_wait: Duration::from_millis(50),
+            fetch_wait: Duration::from_secs(1),
+            allow_in_transaction_handlers: false,
+        }
+    }
+
+    /// With [`name`](Self::name) set.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// With [`batch`](Self::batch) set (at least 1).
+    pub fn batch(mut self, messages: u16) -> Self {
+        self.batch = messages.max(1);
+        self
+    }
+
+    /// With [`batch_wait`](Self::batch_wait) set.
+    pub fn batch_wait(mut self, wait: Duration) -> Self {
+        self.batch_wait = wait;
+        self
+    }
+
+    /// With [`fetch_wait`](Self::fetch_wait) set.
+    pub fn fetch_wait(mut self, wait: Duration) -> Self {
+        self.fetch_wait = wait;
+        self
+    }
+
+    /// With [`allow_in_transaction_handlers`](Self::allow_in_transaction_handlers) set.
+    pub fn allow_in_transaction_handlers(mut self, allow: bool) -> Self {
+        self.allow_in_transaction_handlers = allow;
+        self
+    }
+}
+
+/// The RabbitMQ inbox: received events committed into this service's outbox, whose workers run
+/// its handlers. Each message becomes an [`Incoming`] of transport `rabbitmq`, the queue as its
+/// source, its delivery count (the quorum queue's `x-delivery-count` header plus one; 2 for a
+/// redelivered message of a classic queue), and the attributes `exchange`, `routing_key`,
+/// `queue` and `x-delivery-count`: a message the core refuses is a dead letter of this inbox
+/// with that metadata, acknowledged so that the broker forgets it. A message is acknowledged
+/// only after the batch holding it committed; one not acknowledged (a crash, a lost
+/// connection) comes back, and the core skips it as a duplicate.
+pub struct AmqpInbox {
+    outbox: Outbox,
+    config: InboxConfig,
+    url: String,
+    shown: String,
+    link: tokio::sync::Mutex<Option<Link>>,
+}
+
+/// An open connection, its channel and the consumer on the queue.
+struct Link {
+    connection: Connection,
+    channel: Channel,
+    consumer: Consumer,
+}
+
+impl std::fmt::Debug for AmqpInbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AmqpInbox")
+            .field("url", &self.shown)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AmqpInbox {
+    /// An inbox on `url` committing into `outbox`. Checks that the queue exists and that the
+    /// outbox has no in-transaction handler (unless allowed), and starts consuming.
+    ///
+    /// # Errors
+    /// [`AmqpError::Config`] for an in-transaction handler; [`AmqpError::Connect`];
+    /// [`AmqpError::NoQueue`] when the queue does not exist; [`AmqpError::Broker`] when the
+    /// broker refuses the consumer.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropped, the connection closes and nothing was received.
+    pub async fn new(
+        url: impl Into<String>,
+        outbox: Outbox,
+        config: InboxConfig,
+    ) -> Result<AmqpInbox, AmqpError> {
+        if !config.allow_in_transaction_handlers {
+            let in_transaction: Vec<&str> = outbox
+                .dispatcher()
+                .registry()
+                .handlers()
+                .iter()
+                .filter(|h| h.mode == event_core::DeliveryMode::InTransaction)
+                .map(|h| h.name)
+                .collect();
+            if !in_transaction.is_empty() {
+                return Err(AmqpError::Config(format!(
+                    "the consuming outbox registers in-transaction handlers ({}): they run when a \
+                     received event is committed, before a predecessor it waits for arrives, so \
+                     they would see the broker's order; make them after-commit handlers, or allow \
+                     them with InboxConfig::allow_in_transaction_handlers(true)",
+                    in_transaction.join(", ")
+                )));
+            }
+        }
+        let url = url.into();
+        let inbox = AmqpInbox {
+            outbox,
+            shown: redact_url(&url),
+            url,
+            config,
+            link: tokio::sync::Mutex::new(None),
+        };
+        let link = inbox.open().await?;
+        *inbox.link.lock().await = Some(link);
+        Ok(inbox)
+    }
+
+    /// Its configuration.
+    pub fn config(&self) -> &InboxConfig {
+        &self.config
+    }
+
+    /// Connects, checks the queue and starts the consumer.
+    async fn open(&self) -> Result<Link, AmqpError> {
+        let connect = Connection::connect(&self.url, ConnectionProperties::default());
+        let connection = match tokio::time::timeout(Duration::from_secs(5), connect).await {
+            Ok(Ok(c)) => c,
+            Ok(Err(source)) => {
+                return Err(AmqpError::Connect {
+                    url: self.shown.clone(),
+                    source,
+                })
+            }
+            Err(_) => {
+                return Err(AmqpError::Connect {
+                    url: self.shown.clone(),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "no answer within 5 s",
+                    )
+                    .into(),
+                })
+            }
+        };
+        let broker = |what: &str| {
+            let url = self.shown.clone();
+            let what = what.to_owned();
+            move |source| AmqpError::Broker { url, what, source }
+        };
+        let channel = connection
+            .create_channel()
+            .await
+            .map_err(broker("opening a channel"))?;
+        self.queue_exists(&channel).await?;
+        let channel = connection
+            .create_channel()
+            .await
+            .map_err(broker("opening a channel"))?;
+        channel
+            .basic_qos(self.config.batch, BasicQosOptions::default())
+            .await
+            .map_err(broker("setting the prefetch"))?;
+        let consumer = channel
+            .basic_consume(
+                self.config.queue.as_str().into(),
+                self.config.name.as_str().into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .map_err(broker(&format!("consuming queue `{}`", self.config.queue)))?;
+        Ok(Link {
+            connection,
+            channel,
+            consumer,
+        })
+    }
+
+    /// A passive declaration of the queue on `channel` (which a missing queue closes).
+    async fn queue_exists(&self, channel: &Channel) -> Result<(), AmqpError> {
+        channel
+            .queue_declare(
+                self.config.queue.as_str().into(),
+                QueueDeclareOptions {
+                    passive: true,
+                    ..QueueDeclareOptions::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .map(|_| ())
+            .map_err(|source| {
+                if super::relay::not_found(&source) {
+                    AmqpError::NoQueue {
+                        url: self.shown.clone(),
+                        queue: self.config.queue.clone(),
+                    }
+                } else {
+                    AmqpError::Broker {
+                        url: self.shown.clone(),
+                        what: format!("checking queue `{}`", self.config.queue),
+                        source,
+                    }
+                }
+            })
+    }
+
+    /// Receives one batch (waiting up to [`InboxConfig::fetch_wait`] for its first message),
+    /// commits it through the inbox core and settles each message: acknowledged when the
+    /// core settled it (accepted, duplicate, dead-lettered), given back (nack, requeue)
+    /// otherwise.
+    ///
+    /// # Errors
+    /// [`AmqpError::NoQueue`] when the queue was deleted (the broker cancelled the consumer);
+    /// [`AmqpError::Connect`] and [`AmqpError::Broker`] when the connection or channel was
+    /// lost (the next call reconnects; unacknowledged messages come back);
+    /// [`AmqpError::Outbox`] when the commit failed (the batch is given back).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a batch dropped before its acks comes back and is skipped as duplicates.
+    pub async fn receive(&self) -> Result<InboxReport, AmqpError> {
+        let mut link = self.link.lock().await;
+        if link
+            .as_ref()
+            .is_none_or(|l| !l.channel.status().connected() || !l.connection.status().connected())
+        {
+            *link = None;
+            *link = Some(self.open().await?);
+        }
+        let Some(l) = link.as_mut() else {
+            return Ok(InboxReport::default());
+        };
+        let mut deliveries: Vec<Delivery> = Vec::new();
+        let mut wait = self.config.fetch_wait;
+        while deliveries.len() < usize::from(self.config.batch) {
+            match tokio::time::timeout(wait, l.consumer.next()).await {
+                Err(_) => break,
+                Ok(Some(Ok(d))) => deliveries.push(d),
+                Ok(Some(Err(source))) => {
+                    *link = None;
+                    return Err(AmqpError::Broker {
+                        url: self.shown.clone(),
+                        what: format!("consuming queue `{}`", self.config.queue),
+                        source,
+                    });
+                }
+                Ok(None) => {
+                    // The broker cancelled the consumer: the queue was deleted, or the
+                    // channel closed. Never an idle end of stream.
+                    let channel = l.connection.create_channel().await;
+                    *link = None;
+                    if let Ok(channel) = channel {
+                        self.queue_exists(&channel).await?;
+                    }
+                    return Err(AmqpError::Broker {
+                        url: self.shown.clone(),
+                        what: format!(
+                            "the consumer of queue `{}` was cancelled",
+                            self.config.queue
+                        ),
+                        source: lapin::ErrorKind::FutureCompleted.into(),
+                    });
+                }
+            }
+            wait = self.config.batch_wait;
+        }
+        if deliveries.is_empty() {
+            return Ok(InboxReport::default());
+        }
+        let batch: Vec<Incoming> = deliveries.iter().map(|d| self.incoming(d)).collect();
+        let receipt = self.outbox.receive(&self.config.name, batch).await;
+        let mut report = receipt.report;
+        for (d, verdict) in deliveries.iter().zip(&receipt.verdicts) {
+            let settled = match verdict {
+                Verdict::Retry => d
+                    .acker
+                    .nack(BasicNackOptions {
+                        multiple: false,
+                        requeue: true,
+                    })
+                    .await
+                    .map(|_| false),
+                _ => d.acker.ack(BasicAckOptions::default()).await.map(|_| true),
+            };
+            match settled {
+                Ok(true) => report.acked += 1,
+                Ok(false) => {}
+                Err(_) => report.ack_failed += 1,
+            }
+        }
+        match receipt.error {
+            Some(e) => Err(AmqpError::Outbox(e)),
+            None => Ok(report),
+        }
+    }
+
+    /// A delivery as the inbox core takes it.
+    fn incoming(&self, d: &Delivery) -> Incoming {
+        let header = d
+            .properties
+            .headers()
+            .as_ref()
+            .and_then(|h| h.inner().get("x-delivery-count").cloned());
+        let previous = header.as_ref().and_then(|v| match v {
+            AMQPValue::LongLongInt(n) => u64::try_from(*n).ok(),
+            AMQPValue::LongInt(n) => u64::try_from(*n).ok(),
+            AMQPValue::ShortInt(n) => u64::try_from(*n).ok(),
+            AMQPValue::LongUInt(n) => Some(u64::from(*n)),
+            _ => None,
+        });
+        let count = match previous {
+            Some(n) => n + 1,
+            None if d.redelivered => 2,
+            None => 1,
+        };
+        let mut origin = Origin::new("rabbitmq", self.config.queue.as_str(), 0)
+            .delivery_count(count)
+            .attribute("exchange", d.exchange.as_str())
+            .attribute("routing_key", d.routing_key.as_str())
+            .attribute("queue", self.config.queue.as_str());
+        if let Some(n) = previous {
+            origin = origin.attribute("x-delivery-count", n.to_string());
+        }
+        let mut incoming = Incoming::new(d.data.clone(), origin);
+        if let Some(ct) = d.properties.content_type() {
+            incoming = incoming.content_type(ct.as_str());
+        }
+        if let Some(id) = d.properties.message_id() {
+            incoming = incoming.message_id(id.as_str());
+        }
+        incoming
+    }
+
+    /// Receives batches until `cancel` fires or, with `idle`, until no message has arrived for
+    /// that long. A failed batch is retried after a second (its messages come back); the
+    /// first failure of an outage is logged (warn).
+    ///
+    /// # Errors
+    /// [`AmqpError::NoQueue`]: the queue was deleted; events published meanwhile went
+    /// nowhere. Nothing else stops the loop.
+    ///
+    /// # Cancel safety
+    /// As [`receive`](Self::receive); prefer `cancel`, which lets the batch in hand be acked.
+    pub async fn run(
+        &self,
+        cancel: CancellationToken,
+        idle: Option<Duration>,
+    ) -> Result<InboxReport, AmqpError> {
+        let mut total = InboxReport::default();
+        let mut last = Instant::now();
+        let mut failing: Option<Instant> = None;
+        while !cancel.is_cancelled() {
+            match self.receive().await {
+                Ok(r) => {
+                    if r.received > 0 {
+                        last = Instant::now();
+                    }
+                    total += r;
+                    if let Some(since) = failing.take() {
+                        tracing::warn!(inbox = %self.config.name, "inbox receiving again after {:.1} s", since.elapsed().as_secs_f64());
+                    }
+                }
+                Err(e @ AmqpError::NoQueue { .. }) => {
+                    tracing::error!(inbox = %self.config.name, error = %event_core::ErrorChain(&e), "inbox stopped");
+                    return Err(e);
+                }
+                Err(e) => {
+                    if failing.is_none() {
+                        tracing::warn!(inbox = %self.config.name, error = %event_core::ErrorChain(&e), "inbox batch failed; retrying every second");
+                        failing = Some(Instant::now());
+                    }
+                    tokio::select! {
+                        _ = cancel.cancelled() => {}
+                        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    }
+                }
+            }
+            if idle.is_some_and(|idle| last.elapsed() >= idle) {
+                break;
+            }
+        }
+        Ok(total)
+    }
+}
