@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use event_core::{event_handler, DomainEvent, Envelope, HandlerError};
 use event_runtime::inbox::{Incoming, Origin};
 use event_runtime::transport::rabbitmq::{
-    AmqpError, AmqpInbox, AmqpRelay, InboxConfig, RelayConfig,
+    AmqpError, AmqpInbox, AmqpRelay, BrokerTopology, InboxConfig, RelayConfig,
 };
 use event_runtime::{CancellationToken, DeadLetterFilter, Dispatcher, Outbox, RetryPolicy, Store};
 use lapin::options::{
@@ -770,5 +770,161 @@ async fn the_inbox_refuses_in_transaction_handlers_unless_allowed() {
     )
     .await
     .unwrap();
+    broker.delete().await;
+}
+
+/// `events ARGS…` (the standalone tool): success, standard output, standard error.
+async fn events(args: &[&str]) -> (bool, String, String) {
+    let mut argv = vec!["events".to_owned()];
+    argv.extend(args.iter().map(|a| (*a).to_owned()));
+    common::events_tool(argv).await
+}
+
+#[tokio::test]
+async fn the_topology_is_created_and_checked_and_each_partition_queue_gets_its_aggregates() {
+    let Some(broker) = Broker::new("amqp_partitions").await else {
+        return;
+    };
+    let consumer = format!("c-{}", common::unique("amqp_partitions"));
+    let topology = BrokerTopology::new(&broker.exchange, &consumer)
+        .partitions(3)
+        .delivery_limit(2);
+    let common_args = [
+        "--amqp",
+        broker.url.as_str(),
+        "--exchange",
+        broker.exchange.as_str(),
+        "--partitions",
+        "3",
+    ];
+    let mut create = vec!["rabbitmq", "topology", "create", consumer.as_str()];
+    create.extend(common_args);
+    create.extend(["--delivery-limit", "2"]);
+    let (ok, out, err) = events(&create).await;
+    assert!(ok, "{err}");
+    assert!(out.starts_with("created: "), "{out}");
+    assert!(!out.contains("guest:guest@"), "the password: {out}");
+    let mut check = vec!["rabbitmq", "topology", "check", consumer.as_str()];
+    check.extend(common_args);
+    check.extend(["--delivery-limit", "2"]);
+    let (ok, out, err) = events(&check).await;
+    assert!(ok, "{err}");
+    assert!(out.starts_with("ok: "), "{out}");
+    // Another delivery limit: refused, naming the queue and the setting.
+    let mut other = vec!["rabbitmq", "topology", "check", consumer.as_str()];
+    other.extend(common_args);
+    other.extend(["--delivery-limit", "5"]);
+    let (ok, _, err) = events(&other).await;
+    assert!(!ok);
+    assert!(
+        err.contains("x-delivery-limit") && err.contains(&consumer),
+        "{err}"
+    );
+    // A consumer whose queues do not exist: the first missing one named.
+    let mut missing = vec!["rabbitmq", "topology", "check", "nobody-here-x"];
+    missing.extend(common_args);
+    let (ok, _, err) = events(&missing).await;
+    assert!(!ok);
+    assert!(err.contains("nobody-here-x"), "{err}");
+
+    // A relay with the same partitions: each event in its aggregate's partition queue.
+    let relay = AmqpRelay::new(
+        &broker.url,
+        RelayConfig::new(&broker.exchange).partitions(3),
+    );
+    let producer = producer("amqp_partitions", relay).await;
+    commit(&producer, 6, 2).await;
+    producer.drain(Duration::from_secs(30)).await.unwrap();
+    let mut total = 0;
+    for (k, queue) in topology.queues().iter().enumerate() {
+        while let Some(m) = broker
+            .channel
+            .basic_get(queue.as_str().into(), BasicGetOptions { no_ack: true })
+            .await
+            .unwrap()
+        {
+            total += 1;
+            let body: serde_json::Value = serde_json::from_slice(&m.delivery.data).unwrap();
+            let parcel = body["subject"].as_str().unwrap();
+            let partition = event_runtime::transport::partition_of(
+                body["aggregatetype"].as_str().unwrap(),
+                parcel,
+                3,
+            );
+            assert_eq!(partition as usize, k, "{parcel} in {queue}");
+            assert_eq!(
+                m.delivery.routing_key.as_str(),
+                format!("events.{k}.amqptest.parcel.moved")
+            );
+        }
+    }
+    assert_eq!(total, 12);
+
+    // A message given back more often than the limit is parked by the broker.
+    let queue = topology.queue(0);
+    broker
+        .channel
+        .basic_publish(
+            broker.exchange.as_str().into(),
+            "events.0.amqptest.parcel.moved".into(),
+            BasicPublishOptions::default(),
+            b"poison",
+            BasicProperties::default(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    // Taken and given back until the broker parks it.
+    let start = Instant::now();
+    let parked = loop {
+        if let Some(m) = broker
+            .channel
+            .basic_get(queue.as_str().into(), BasicGetOptions { no_ack: false })
+            .await
+            .unwrap()
+        {
+            m.delivery
+                .acker
+                .nack(lapin::options::BasicNackOptions {
+                    multiple: false,
+                    requeue: true,
+                })
+                .await
+                .unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if let Some(m) = broker
+            .channel
+            .basic_get(
+                topology.parking_queue().as_str().into(),
+                BasicGetOptions { no_ack: true },
+            )
+            .await
+            .unwrap()
+        {
+            break m;
+        }
+        assert!(start.elapsed() < Duration::from_secs(15), "never parked");
+    };
+    assert_eq!(parked.delivery.data, b"poison");
+
+    for q in topology
+        .queues()
+        .into_iter()
+        .chain([topology.parking_queue()])
+    {
+        let _ = broker
+            .channel
+            .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
+            .await;
+    }
+    let _ = broker
+        .channel
+        .exchange_delete(
+            topology.dead_letter_exchange().as_str().into(),
+            ExchangeDeleteOptions::default(),
+        )
+        .await;
     broker.delete().await;
 }

@@ -86,6 +86,10 @@ pub(super) enum Command {
     #[cfg(feature = "nats")]
     #[command(subcommand)]
     Nats(super::nats::NatsCommand),
+    /// RabbitMQ: the exchange and a consuming service's partition queues (feature `rabbitmq`)
+    #[cfg(feature = "rabbitmq")]
+    #[command(subcommand)]
+    Rabbitmq(super::rabbitmq::RabbitmqCommand),
 }
 
 #[derive(Debug, Subcommand)]

@@ -92,6 +92,10 @@ pub enum CliError {
     #[cfg(feature = "nats")]
     #[error("NATS JetStream")]
     Nats(#[source] crate::transport::nats::NatsError),
+    /// RabbitMQ refused or could not be reached (`events rabbitmq …`, feature `rabbitmq`).
+    #[cfg(feature = "rabbitmq")]
+    #[error("RabbitMQ")]
+    Rabbitmq(#[source] crate::transport::rabbitmq::AmqpError),
     /// The command was refused (an empty reason or actor, a bulk operation not confirmed).
     #[error("{0}")]
     Refused(String),

@@ -30,6 +30,9 @@
 //!                         [--max-msg-size BYTES]   (feature `nats`; NATS only, no database)
 //!   nats inbox show DURABLE [--stream S] [--nats URL]         (feature `nats`)
 //!   nats inbox adopt DURABLE --reason TEXT [--actor WHO] [--stream S] [--nats URL]
+//!   rabbitmq topology create|check CONSUMER [--amqp URL] [--exchange E] [--partitions P]
+//!                         [--routing-key-prefix PREFIX] [--binding PATTERN]...
+//!                         [--delivery-limit N]   (feature `rabbitmq`; RabbitMQ only, no database)
 //!   inbox gaps [--all] [--json]
 //!   inbox gaps accept  (ID... | --all-open) --reason TEXT [--actor WHO]
 //!   inbox gaps refetch (ID... | --all-open) --consumer DURABLE [--stream S] [--nats URL]
@@ -242,6 +245,8 @@ mod handler;
 mod nats;
 #[cfg(feature = "nats")]
 mod nats_group;
+#[cfg(feature = "rabbitmq")]
+mod rabbitmq;
 #[cfg(feature = "nats")]
 mod refetch;
 mod relay;
@@ -621,6 +626,8 @@ async fn execute_io(cli: Cli, app: App<'_>, io: &mut Io<'_>) -> Result<(), CliEr
             let registry = app.registry.ok_or_else(|| no_registry(&app, "check"))?;
             catalog::check(&target.connect().await?, registry, io).await
         }
+        #[cfg(feature = "rabbitmq")]
+        Command::Rabbitmq(command) => rabbitmq::run(command, io).await,
         #[cfg(feature = "nats")]
         Command::Nats(nats::NatsCommand::Stream(command)) => nats::stream(command, io).await,
         #[cfg(feature = "nats")]

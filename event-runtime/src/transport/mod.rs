@@ -7,6 +7,12 @@
 #[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
 pub mod nats;
 
+#[cfg(any(feature = "nats", feature = "rabbitmq"))]
+mod partition;
+
+#[cfg(any(feature = "nats", feature = "rabbitmq"))]
+pub use partition::{assign, partition_of, MAX_PARTITIONS};
+
 #[cfg(feature = "rabbitmq")]
 #[cfg_attr(docsrs, doc(cfg(feature = "rabbitmq")))]
 pub mod rabbitmq;

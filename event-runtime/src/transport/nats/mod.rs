@@ -244,7 +244,7 @@
 mod cluster;
 mod group;
 mod inbox;
-mod partition;
+use super::partition;
 mod relay;
 mod stream;
 mod topology;

@@ -48,10 +48,12 @@
 //! `lapin = { version = "4", features = ["rustls"] }` to the application's dependencies.
 
 mod inbox;
+mod queues;
 mod relay;
 mod topology;
 
 pub use inbox::{AmqpInbox, InboxConfig};
+pub use queues::BrokerTopology;
 pub use relay::{AmqpRelay, RelayConfig};
 
 /// The AMQP `content-type` of every message the relay publishes: a CloudEvents
@@ -87,6 +89,17 @@ pub enum AmqpError {
         url: String,
         /// The queue.
         queue: String,
+    },
+    /// An exchange or queue exists with other settings than the topology's (RabbitMQ refuses
+    /// the declaration: 406 PRECONDITION_FAILED, naming the setting).
+    #[error("RabbitMQ at {url}: {what} exists with other settings: {detail}")]
+    Mismatch {
+        /// The URL, password masked.
+        url: String,
+        /// `queue `billing.3``, `exchange `events``.
+        what: String,
+        /// The broker's words (`inequivalent arg 'x-delivery-limit' for queue …`).
+        detail: String,
     },
     /// The configuration cannot work (an in-transaction handler behind an inbox).
     #[error("{0}")]

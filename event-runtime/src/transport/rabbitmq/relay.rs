@@ -65,6 +65,12 @@ pub struct RelayConfig {
     /// Publishes unconfirmed at once per worker process, each of another aggregate (default
     /// 64).
     pub in_flight: usize,
+    /// The partitions of the consumers' queues (default 1: no partition token). With P > 1
+    /// each event's routing key carries its aggregate's partition
+    /// ([`partition_of`](crate::transport::partition_of) of the aggregate type and id) as a
+    /// token after its first one, `events.3.order.placed`, which the topology binds to the
+    /// consumer's queue of that partition ([`BrokerTopology`](super::BrokerTopology)).
+    pub partitions: u32,
 }
 
 impl RelayConfig {
@@ -84,6 +90,7 @@ impl RelayConfig {
             },
             publish_timeout: Duration::from_secs(5),
             in_flight: 64,
+            partitions: 1,
         }
     }
 
@@ -129,11 +136,32 @@ impl RelayConfig {
         self
     }
 
-    /// The routing key of the event `name`: `<prefix>.<name>`, or the key set for `name`.
-    pub fn routing_key_of(&self, name: &str) -> String {
+    /// With [`partitions`](Self::partitions) set (1 to
+    /// [`MAX_PARTITIONS`](crate::transport::MAX_PARTITIONS)).
+    pub fn partitions(mut self, partitions: u32) -> Self {
+        self.partitions = partitions.clamp(1, crate::transport::MAX_PARTITIONS);
+        self
+    }
+
+    /// The routing key of the event `name` without partition: `<prefix>.<name>`, or the key
+    /// set for `name`.
+    pub fn base_routing_key(&self, name: &str) -> String {
         match self.routing_keys.get(name) {
             Some(key) => key.clone(),
             None => format!("{}.{name}", self.routing_key_prefix),
+        }
+    }
+
+    /// The routing key of an event `name` of the aggregate (`aggregate_type`,
+    /// `aggregate_id`): the [base](Self::base_routing_key), with the aggregate's partition
+    /// after its first token when partitioned (`events.3.order.placed`).
+    pub fn routing_key_of(&self, name: &str, aggregate_type: &str, aggregate_id: &str) -> String {
+        let key = self.base_routing_key(name);
+        if self.partitions > 1 {
+            let p = crate::transport::partition_of(aggregate_type, aggregate_id, self.partitions);
+            crate::transport::partition::partitioned_subject(&key, p)
+        } else {
+            key
         }
     }
 }
@@ -321,7 +349,9 @@ impl AmqpRelay {
         if let Some(blocked) = self.blocked().await {
             return Err(blocked);
         }
-        let key = self.config.routing_key_of(d.name);
+        let key = self
+            .config
+            .routing_key_of(d.name, d.aggregate_type, d.aggregate_id);
         let body = d.wire_envelope();
         let properties = BasicProperties::default()
             .with_content_type(CONTENT_TYPE.into())

@@ -50,7 +50,7 @@ impl Topology {
                     .iter()
                     .map(|(k, v)| (k.clone(), v.clone()))
                     .collect(),
-                partitions: 1,
+                partitions: config.partitions,
                 aggregate_token: false,
                 events: config.events.as_ref().map(|e| e.iter().cloned().collect()),
             },

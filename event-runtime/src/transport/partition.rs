@@ -1,7 +1,8 @@
-//! Partitions of a stream and their assignment to a group of inbox instances: which partition
-//! an aggregate's events go to ([`partition_of`]), the subject that carries it (a partition
-//! token after the subject's first token), and which live instance consumes which partition
-//! ([`assign`]). Pure functions: no broker, no store.
+//! Partitions of a stream (NATS) or of an exchange's queues (RabbitMQ) and their assignment to
+//! a group of inbox instances: which partition an aggregate's events go to ([`partition_of`]),
+//! the subject or routing key that carries it (a partition token after its first token), and
+//! which live instance consumes which partition ([`assign`]). Pure functions: no broker, no
+//! store; every transport shares them.
 //!
 //! # Stability
 //! Both functions are part of the wire contract, not an implementation detail: producers and
@@ -24,7 +25,7 @@ pub const MAX_PARTITIONS: u32 = 1024;
 /// event of one aggregate goes to one partition. 0 when `partitions` is 0 or 1.
 ///
 /// ```
-/// use event_runtime::transport::nats::partition_of;
+/// use event_runtime::transport::partition_of;
 /// assert_eq!(partition_of("order", "A-17", 1), 0);
 /// assert!(partition_of("order", "A-17", 8) < 8);
 /// assert_eq!(partition_of("order", "A-17", 8), partition_of("order", "A-17", 8));
@@ -53,6 +54,7 @@ pub(crate) fn partitioned_subject(subject: &str, partition: impl std::fmt::Displ
 /// stream when `None`) within `partition`, or within every partition when `None`
 /// (`events.order.>` → `events.3.order.>` or `events.*.order.>`; the whole stream → `*.3.>`).
 /// `filter` itself when unpartitioned.
+#[cfg(feature = "nats")]
 pub(crate) fn partition_filter(
     filter: Option<&str>,
     partitions: u32,
@@ -70,6 +72,7 @@ pub(crate) fn partition_filter(
 
 /// The subjects `subjects` (a stream's) without their partition token, each once:
 /// `events.0.>`, `events.1.>` → `events.>`.
+#[cfg(feature = "nats")]
 pub(crate) fn base_subjects(subjects: &[String]) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for s in subjects {
@@ -90,6 +93,7 @@ pub(crate) fn base_subjects(subjects: &[String]) -> Vec<String> {
 
 /// The partition token of a partitioned subject (its second token, digits only); `None` when
 /// it has none.
+#[cfg(feature = "nats")]
 pub(crate) fn partition_token(subject: &str) -> Option<u32> {
     let second = subject.split('.').nth(1)?;
     if second.is_empty() || !second.bytes().all(|b| b.is_ascii_digit()) {
@@ -117,7 +121,7 @@ fn score(group: &str, member: &str, partition: u32) -> u64 {
 /// member is a key, with its partitions ascending (possibly none).
 ///
 /// ```
-/// use event_runtime::transport::nats::assign;
+/// use event_runtime::transport::assign;
 /// let members = ["a".to_owned(), "b".to_owned(), "c".to_owned()];
 /// let plan = assign("billing", &members, 8);
 /// assert!(plan.values().all(|p| p.len() <= 3));
