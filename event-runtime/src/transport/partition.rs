@@ -208,6 +208,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "nats")]
     fn subjects() {
         assert_eq!(
             partitioned_subject("events.order.placed", 3),
