@@ -95,7 +95,7 @@ pub enum CliError {
     /// RabbitMQ refused or could not be reached (`events rabbitmq …`, feature `rabbitmq`).
     #[cfg(feature = "rabbitmq")]
     #[error("RabbitMQ")]
-    Rabbitmq(#[source] crate::transport::rabbitmq::AmqpError),
+    Rabbitmq(#[source] Box<crate::transport::rabbitmq::AmqpError>),
     /// The command was refused (an empty reason or actor, a bulk operation not confirmed).
     #[error("{0}")]
     Refused(String),

@@ -85,9 +85,15 @@ pub(super) async fn run(command: RabbitmqCommand, io: &mut Io<'_>) -> Result<(),
     let url = args.url();
     let topology = args.topology();
     if create {
-        topology.create(&url).await.map_err(CliError::Rabbitmq)?;
+        topology
+            .create(&url)
+            .await
+            .map_err(|e| CliError::Rabbitmq(Box::new(e)))?;
     } else {
-        topology.check(&url).await.map_err(CliError::Rabbitmq)?;
+        topology
+            .check(&url)
+            .await
+            .map_err(|e| CliError::Rabbitmq(Box::new(e)))?;
     }
     let queues = topology.queues();
     let shown_queues = match queues.as_slice() {
