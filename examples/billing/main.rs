@@ -1,9 +1,11 @@
-//! `cargo run --release --example billing -- --nats URL --stream NAME --database URL
+//! `cargo run --release --example billing -- --broker URL --stream NAME --database URL
 //! --idle-exit SECS [--crash-after N] [--subject-prefix PREFIX] [--partitions P [--member NAME]]`
 //!
-//! The second service: consumes the events `orders --nats URL` publishes to JetStream,
-//! through a durable pull consumer (`billing`) and this service's own outbox (its own SQLite
-//! file or PostgreSQL schema), and invoices every shipped order. Each fetched batch is
+//! The second service: consumes the events `orders --broker URL` publishes — to JetStream,
+//! through a durable pull consumer (`billing`), or to RabbitMQ (`--broker amqp://…`), through
+//! the queue `billing` bound to the exchange — into this service's own outbox (its own SQLite
+//! file or PostgreSQL schema), and invoices every shipped order. `--nats URL` is the same as
+//! `--broker URL`. Each fetched batch is
 //! committed once into the outbox (an event id already there is skipped) and only then
 //! acknowledged; the outbox's workers run the three handlers below, exactly once each.
 //! It stops when no message has arrived for `--idle-exit` seconds, prints a report and, last,
@@ -47,6 +49,7 @@ use event_runtime::topology::Topology;
 use event_runtime::transport::nats::{
     self, GroupConfig, InboxConfig, InboxReport, NatsGroup, NatsInbox, RelayConfig,
 };
+use event_runtime::transport::rabbitmq::{self, AmqpError, AmqpInbox, BrokerTopology};
 use event_runtime::{CancellationToken, ConnectOptions, Outbox, Registry, Store};
 use examples::orders::domain::{LineAdded, OrderPlacedV2, OrderShipped};
 use handlers::{create_tables, invoice, outbox, record_line, record_order};
@@ -61,10 +64,17 @@ use rust_decimal::Decimal;
     about = "Consumes the orders service's events from NATS JetStream into its own outbox and invoices every shipped order."
 )]
 struct Args {
-    /// The NATS server, or a cluster's servers comma-separated.
-    #[arg(long, value_name = "URL", default_value = "nats://127.0.0.1:4222")]
-    nats: String,
-    /// The JetStream stream `orders` publishes to.
+    /// The broker `orders` publishes to: a NATS server (`nats://…`, or a cluster's servers
+    /// comma-separated) or RabbitMQ (`amqp://guest:guest@127.0.0.1:5672/%2f`: its queue
+    /// `--consumer`, declared with its topology when missing). `--nats URL` is the same option.
+    #[arg(
+        long = "broker",
+        visible_alias = "nats",
+        value_name = "URL",
+        default_value = "nats://127.0.0.1:4222"
+    )]
+    broker: String,
+    /// The JetStream stream `orders` publishes to, or on RabbitMQ its exchange.
     #[arg(long, value_name = "NAME", default_value = "EVENTS")]
     stream: String,
     /// This service's database: sqlite://PATH or postgres://USER@HOST/DB.
@@ -205,7 +215,7 @@ fn topology(args: &Args) -> Topology {
              NATS JetStream into its own outbox and invoices every shipped order.",
         )
         .outbox_config(&handlers::outbox_config())
-        .server("nats", &args.nats)
+        .server("nats", &args.broker)
         .nats_inbox(&inbox_config(args), &producer)
 }
 
@@ -225,13 +235,23 @@ async fn run(args: &Args) -> Result<Summary, Box<dyn std::error::Error>> {
     let store = Store::connect_with(&args.database, &options).await?;
     create_tables(&store).await?;
     let outbox = outbox(store.clone())?;
-    let client = nats::connect(&args.nats, "billing").await?;
-    let js = async_nats::jetstream::new(client.clone());
+    let amqp = examples::orders::is_amqp(&args.broker);
+    if amqp && args.partitions > 1 {
+        return Err(
+            "--partitions needs NATS for now: on RabbitMQ billing consumes one queue".into(),
+        );
+    }
     let workers = outbox.spawn_workers(2);
-    let (total, others_running) = if args.partitions > 1 {
-        consume_group(args, &js, &outbox).await?
+    let (total, others_running) = if amqp {
+        (consume_amqp(args, &outbox).await?, 0)
     } else {
-        (consume(args, &js, &outbox).await?, 0)
+        let client = nats::connect(&args.broker, "billing").await?;
+        let js = async_nats::jetstream::new(client.clone());
+        if args.partitions > 1 {
+            consume_group(args, &js, &outbox).await?
+        } else {
+            (consume(args, &js, &outbox).await?, 0)
+        }
     };
     workers.shutdown(Duration::from_secs(30)).await?;
     outbox.drain(Duration::from_secs(300)).await?;
@@ -272,6 +292,97 @@ async fn run(args: &Args) -> Result<Summary, Box<dyn std::error::Error>> {
     })
 }
 
+/// `url` with its password masked, whichever the broker.
+fn redact_broker(url: &str) -> String {
+    if examples::orders::is_amqp(url) {
+        rabbitmq::redact_url(url)
+    } else {
+        nats::redact_url(url)
+    }
+}
+
+/// On RabbitMQ: the queue `--consumer` (its topology declared when missing: bound to
+/// `<prefix>.order.#` of the exchange `--stream`), consumed by one inbox until idle, or
+/// `--crash-after`.
+async fn consume_amqp(
+    args: &Args,
+    outbox: &Outbox,
+) -> Result<InboxReport, Box<dyn std::error::Error>> {
+    let topology = BrokerTopology::new(&args.stream, &args.consumer)
+        .routing_key_prefix(&args.subject_prefix)
+        .bindings(["order.#"]);
+    topology.create(&args.broker).await?;
+    let inbox = AmqpInbox::new(
+        &args.broker,
+        outbox.clone(),
+        rabbitmq::InboxConfig::new(topology.queue(0)).batch(256),
+    )
+    .await?;
+    let mut total = InboxReport::default();
+    let mut last = Instant::now();
+    let idle = Duration::from_secs(args.idle_exit);
+    let mut unreachable_since: Option<Instant> = None;
+    loop {
+        if last.elapsed() >= idle {
+            // Idle because nothing arrives, not because the broker is away.
+            match inbox.verify().await {
+                Ok(()) => break,
+                Err(e @ AmqpError::NoQueue { .. }) => return Err(e.into()),
+                Err(e) => {
+                    let since = *unreachable_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() >= idle {
+                        return Err(format!(
+                            "RabbitMQ at {} has been unreachable for {} s and billing would idle out: the summary would be partial ({})",
+                            rabbitmq::redact_url(&args.broker),
+                            since.elapsed().as_secs(),
+                            event_core::ErrorChain(&e)
+                        )
+                        .into());
+                    }
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+            }
+        }
+        let committed = match inbox.fetch_and_commit().await {
+            Ok(committed) => committed,
+            Err(e @ AmqpError::NoQueue { .. }) => return Err(e.into()),
+            Err(e) => {
+                eprintln!(
+                    "billing: a batch failed ({}); retrying",
+                    event_core::ErrorChain(&e)
+                );
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        unreachable_since = None;
+        let r = committed.report();
+        if args
+            .crash_after
+            .is_some_and(|n| total.received + r.received >= n)
+        {
+            eprintln!(
+                "--crash-after: {} messages committed, not acked; aborting",
+                total.received + r.received
+            );
+            std::process::abort();
+        }
+        let failed = committed
+            .error()
+            .map(|e| event_core::ErrorChain(e).to_string());
+        total += committed.settle().await;
+        if let Some(failed) = failed {
+            eprintln!("billing: a batch failed ({failed}); retrying");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        if r.received > 0 {
+            last = Instant::now();
+        }
+    }
+    Ok(total)
+}
+
 /// One inbox, on the durable consumer itself (one partition): until idle, or
 /// `--crash-after`.
 async fn consume(
@@ -306,7 +417,7 @@ async fn consume(
                     if since.elapsed() >= Duration::from_secs(args.idle_exit) {
                         return Err(format!(
                             "NATS at {} has been unreachable for {} s and billing would idle out: the summary would be partial ({})",
-                            nats::redact_url(&args.nats),
+                            redact_broker(&args.broker),
                             since.elapsed().as_secs(),
                             event_core::ErrorChain(&e)
                         )
@@ -452,13 +563,13 @@ async fn main() -> ExitCode {
             eprintln!("billing: error: {}", event_core::ErrorChain(&*e));
             // Which servers it talked to, credentials masked.
             eprintln!(
-                "billing: database {}{}, NATS {} (stream {}, consumer {})",
+                "billing: database {}{}, broker {} (stream or exchange {}, consumer {})",
                 examples::orders::mask_password(&args.database),
                 args.schema
                     .as_deref()
                     .map(|s| format!(" (schema {s})"))
                     .unwrap_or_default(),
-                nats::redact_url(&args.nats),
+                redact_broker(&args.broker),
                 args.stream,
                 args.consumer
             );

@@ -42,13 +42,21 @@ async fn main() -> ExitCode {
                     .as_deref()
                     .map(|s| format!(" (schema {s})"))
                     .unwrap_or_default(),
-                args.nats
+                args.broker
                     .as_deref()
-                    .map(|n| format!(
-                        ", NATS {} (stream {})",
-                        event_runtime::transport::nats::redact_url(n),
-                        args.stream
-                    ))
+                    .map(|n| if orders::is_amqp(n) {
+                        format!(
+                            ", RabbitMQ {} (exchange {})",
+                            event_runtime::transport::rabbitmq::redact_url(n),
+                            args.stream
+                        )
+                    } else {
+                        format!(
+                            ", NATS {} (stream {})",
+                            event_runtime::transport::nats::redact_url(n),
+                            args.stream
+                        )
+                    })
                     .unwrap_or_default()
             );
             return ExitCode::FAILURE;
@@ -65,13 +73,13 @@ async fn main() -> ExitCode {
     let unpublished: u64 = report.relays.iter().map(|r| r.pending).sum();
     if unpublished > 0 {
         eprintln!(
-            "error: {unpublished} events are not published to NATS yet (the relay is paused: the broker or its stream is unavailable; see the warnings above); run orders again with the same --database to publish them"
+            "error: {unpublished} events are not published to the broker yet (the relay is paused: the broker, its stream or exchange, or a queue bound to it is unavailable; see the warnings above); run orders again with the same --database to publish them"
         );
         return ExitCode::FAILURE;
     }
     if report.relay_dead_letters > 0 {
         eprintln!(
-            "error: {} events never reached NATS: the relay's deliveries are in the dead letter queue; see `orders events dlq list --handler {}`",
+            "error: {} events never reached the broker: the relay's deliveries are in the dead letter queue; see `orders events dlq list --handler {}`",
             report.relay_dead_letters,
             report.relay.as_deref().unwrap_or("nats:…")
         );

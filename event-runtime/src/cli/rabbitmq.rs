@@ -37,8 +37,8 @@ pub(super) struct TopologyArgs {
     /// RabbitMQ URL [env: EVENTS_AMQP_URL] [default: amqp://guest:guest@127.0.0.1:5672/%2f]
     #[arg(long, value_name = "URL")]
     amqp: Option<String>,
-    /// The exchange the relay publishes to
-    #[arg(long, default_value = "events")]
+    /// The exchange the relay publishes to (the examples' `--stream`)
+    #[arg(long, default_value = "EVENTS")]
     exchange: String,
     /// The partitions (the relay's)
     #[arg(long, value_name = "P", default_value_t = 1,

@@ -149,12 +149,14 @@ pub struct Args {
     /// Customers listed in the top-customers table.
     #[arg(long, value_name = "N", default_value_t = 10)]
     pub top: usize,
-    /// Also publish every event to NATS JetStream at this URL (`nats://127.0.0.1:4222`, or a
-    /// cluster's servers comma-separated), through the relay: the `billing` example consumes
-    /// them.
-    #[arg(long, value_name = "URL")]
-    pub nats: Option<String>,
-    /// The JetStream stream (created when missing, on `<subject prefix>.>`).
+    /// Also publish every event to a broker, through the relay: NATS JetStream
+    /// (`nats://127.0.0.1:4222`, or a cluster's servers comma-separated) or RabbitMQ
+    /// (`amqp://guest:guest@127.0.0.1:5672/%2f`). The `billing` example consumes them.
+    /// `--nats URL` is the same option.
+    #[arg(long = "broker", visible_alias = "nats", value_name = "URL")]
+    pub broker: Option<String>,
+    /// The JetStream stream (created when missing, on `<subject prefix>.>`), or on RabbitMQ the
+    /// exchange (declared when missing: a durable topic exchange).
     #[arg(long, value_name = "NAME", default_value = DEFAULT_STREAM)]
     pub stream: String,
     /// The first subject token(s) of the published events: `order.placed` goes to
@@ -197,7 +199,7 @@ impl Default for Args {
             crash_after: None,
             batch: DEFAULT_BATCH,
             top: 10,
-            nats: None,
+            broker: None,
             stream: DEFAULT_STREAM.to_owned(),
             subject_prefix: DEFAULT_SUBJECT_PREFIX.to_owned(),
             stream_replicas: 1,
@@ -284,6 +286,9 @@ pub enum RunError {
     /// NATS JetStream could not be reached, or its stream refused the relay's checks.
     #[error("NATS JetStream cannot be reached, or refused the stream or the relay")]
     Nats(#[source] event_runtime::transport::nats::NatsError),
+    /// RabbitMQ could not be reached, or refused the exchange.
+    #[error("RabbitMQ cannot be reached, or refused the exchange")]
+    Rabbitmq(#[source] Box<event_runtime::transport::rabbitmq::AmqpError>),
 }
 
 /// Connects to NATS at `url` (one server, or a cluster's servers comma-separated) and
@@ -540,6 +545,31 @@ pub fn outbox_config() -> OutboxConfig {
         .lease(Duration::from_secs(10))
 }
 
+/// Whether `url` names a RabbitMQ broker (`amqp://`, `amqps://`) rather than NATS.
+pub fn is_amqp(url: &str) -> bool {
+    url.starts_with("amqp://") || url.starts_with("amqps://")
+}
+
+/// The relay's destination name with `--broker`: `nats:<stream>`, or `amqp:<exchange>` on
+/// RabbitMQ.
+pub fn relay_name(args: &Args) -> Option<String> {
+    args.broker.as_deref().map(|url| {
+        if is_amqp(url) {
+            format!("amqp:{}", args.stream)
+        } else {
+            format!("nats:{}", args.stream)
+        }
+    })
+}
+
+/// The RabbitMQ relay's configuration (`--broker amqp://…`): every event to the exchange
+/// `--stream` with the routing key `<prefix>.<name>` (partitioned with `--partitions`).
+pub fn amqp_relay_config(args: &Args) -> event_runtime::transport::rabbitmq::RelayConfig {
+    event_runtime::transport::rabbitmq::RelayConfig::new(&args.stream)
+        .routing_key_prefix(args.subject_prefix.clone())
+        .partitions(args.partitions)
+}
+
 /// The NATS relay's configuration (`--nats`): every event to `<prefix>.<name>` in `stream`.
 pub fn relay_config(args: &Args) -> RelayConfig {
     RelayConfig::new(&args.stream)
@@ -550,7 +580,11 @@ pub fn relay_config(args: &Args) -> RelayConfig {
 /// Where the events of a run with `args` go, for `orders events asyncapi` and `orders events
 /// flow`: the relay of `--nats` (on `--nats`'s first server, else the default one).
 pub fn topology(args: &Args) -> Topology {
-    let server = args.nats.as_deref().unwrap_or("nats://127.0.0.1:4222");
+    let server = args
+        .broker
+        .as_deref()
+        .filter(|url| !is_amqp(url))
+        .unwrap_or("nats://127.0.0.1:4222");
     Topology::new("orders", env!("CARGO_PKG_VERSION"))
         .description(
             "The orders service of the examples: imports a retail data set as orders, commits \
@@ -646,7 +680,23 @@ pub async fn run(args: &Args) -> Result<Report, RunError> {
     }
     let store = open(args).await?;
     let flaky = Arc::new(Flaky::new(args.flaky_rate, args.seed));
-    let relay = match &args.nats {
+    // The relay, and the NATS one again for its own start-up checks.
+    let (relay, nats_relay): (Option<Arc<dyn event_runtime::Destination>>, _) = match &args.broker {
+        Some(url) if is_amqp(url) => {
+            let relay = event_runtime::transport::rabbitmq::AmqpRelay::new(
+                url.as_str(),
+                amqp_relay_config(args),
+            );
+            relay
+                .declare_exchange()
+                .await
+                .map_err(|e| RunError::Rabbitmq(Box::new(e)))?;
+            relay
+                .check()
+                .await
+                .map_err(|e| RunError::Rabbitmq(Box::new(e)))?;
+            (Some(relay as Arc<dyn event_runtime::Destination>), None)
+        }
         Some(url) => {
             let client = connect_nats(
                 url,
@@ -656,12 +706,13 @@ pub async fn run(args: &Args) -> Result<Report, RunError> {
                 args.partitions,
             )
             .await?;
-            Some(event_runtime::transport::nats::NatsRelay::new(
-                client,
-                relay_config(args),
-            ))
+            let relay = event_runtime::transport::nats::NatsRelay::new(client, relay_config(args));
+            (
+                Some(relay.clone() as Arc<dyn event_runtime::Destination>),
+                Some(relay),
+            )
         }
-        None => None,
+        None => (None, None),
     };
     let mut builder = Outbox::builder(store);
     if let Some(relay) = &relay {
@@ -673,7 +724,7 @@ pub async fn run(args: &Args) -> Result<Report, RunError> {
         .config(outbox_config())
         .build()
         .map_err(RunError::Start)?;
-    if let Some(relay) = &relay {
+    if let Some(relay) = &nats_relay {
         relay.check(&outbox).await.map_err(RunError::Nats)?;
         let missed = relay
             .unpublished_before(&outbox)
@@ -1192,8 +1243,9 @@ fn report(
             .entry((d.handler.clone(), d.reason.to_string()))
             .or_default() += 1;
     }
-    let relay = args.nats.as_ref().map(|_| format!("nats:{}", args.stream));
-    let is_relay = |h: &str| relay.as_deref() == Some(h) || h.starts_with("nats:");
+    let relay = relay_name(args);
+    let is_relay =
+        |h: &str| relay.as_deref() == Some(h) || h.starts_with("nats:") || h.starts_with("amqp:");
     let projection_dead_letters = m
         .dead_letters
         .iter()

@@ -259,20 +259,42 @@ impl AmqpInbox {
             })
     }
 
-    /// Receives one batch (waiting up to [`InboxConfig::fetch_wait`] for its first message),
-    /// commits it through the inbox core and settles each message: acknowledged when the
-    /// core settled it (accepted, duplicate, dead-lettered), given back (nack, requeue)
-    /// otherwise.
+    /// Receives one batch (waiting up to [`InboxConfig::fetch_wait`] for its first message)
+    /// and settles each message as the inbox core's verdict says: [`fetch_and_commit`]
+    /// then [`Committed::settle`].
+    ///
+    /// # Errors
+    /// As [`fetch_and_commit`]; [`AmqpError::Outbox`] when the commit failed (the batch was
+    /// given back).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a batch dropped before its acks comes back and is skipped as duplicates.
+    ///
+    /// [`fetch_and_commit`]: Self::fetch_and_commit
+    pub async fn receive(&self) -> Result<InboxReport, AmqpError> {
+        let mut committed = self.fetch_and_commit().await?;
+        let error = committed.error.0.take();
+        let report = committed.settle().await;
+        match error {
+            Some(e) => Err(AmqpError::Outbox(e)),
+            None => Ok(report),
+        }
+    }
+
+    /// Receives one batch (waiting up to [`InboxConfig::fetch_wait`] for its first message)
+    /// and commits it through the inbox core, without settling it with the broker: call
+    /// [`Committed::settle`] (a process that dies before has its messages redelivered, and
+    /// the core skips them as duplicates).
     ///
     /// # Errors
     /// [`AmqpError::NoQueue`] when the queue was deleted (the broker cancelled the consumer);
     /// [`AmqpError::Connect`] and [`AmqpError::Broker`] when the connection or channel was
-    /// lost (the next call reconnects; unacknowledged messages come back);
-    /// [`AmqpError::Outbox`] when the commit failed (the batch is given back).
+    /// lost (the next call reconnects; unacknowledged messages come back). A failed commit is
+    /// not an error here: [`Committed::error`] says why, and settling gives the batch back.
     ///
     /// # Cancel safety
     /// Cancel safe: a batch dropped before its acks comes back and is skipped as duplicates.
-    pub async fn receive(&self) -> Result<InboxReport, AmqpError> {
+    pub async fn fetch_and_commit(&self) -> Result<Committed, AmqpError> {
         let mut link = self.link.lock().await;
         if link
             .as_ref()
@@ -282,7 +304,7 @@ impl AmqpInbox {
             *link = Some(self.open().await?);
         }
         let Some(l) = link.as_mut() else {
-            return Ok(InboxReport::default());
+            return Ok(Committed::empty());
         };
         let mut deliveries: Vec<Delivery> = Vec::new();
         let mut wait = self.config.fetch_wait;
@@ -318,34 +340,59 @@ impl AmqpInbox {
             }
             wait = self.config.batch_wait;
         }
+        drop(link);
         if deliveries.is_empty() {
-            return Ok(InboxReport::default());
+            return Ok(Committed::empty());
         }
         let batch: Vec<Incoming> = deliveries.iter().map(|d| self.incoming(d)).collect();
         let receipt = self.outbox.receive(&self.config.name, batch).await;
-        let mut report = receipt.report;
-        for (d, verdict) in deliveries.iter().zip(&receipt.verdicts) {
-            let settled = match verdict {
-                Verdict::Retry => d
-                    .acker
-                    .nack(BasicNackOptions {
-                        multiple: false,
-                        requeue: true,
-                    })
-                    .await
-                    .map(|_| false),
-                _ => d.acker.ack(BasicAckOptions::default()).await.map(|_| true),
-            };
-            match settled {
-                Ok(true) => report.acked += 1,
-                Ok(false) => {}
-                Err(_) => report.ack_failed += 1,
+        Ok(Committed {
+            deliveries,
+            verdicts: receipt.verdicts,
+            report: receipt.report,
+            error: CommitError(receipt.error),
+        })
+    }
+
+    /// Whether the queue still exists and the broker answers (what an idle inbox checks
+    /// before it concludes that nothing more is coming).
+    ///
+    /// # Errors
+    /// [`AmqpError::NoQueue`]; [`AmqpError::Connect`] / [`AmqpError::Broker`] when the broker
+    /// cannot be asked.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it changes nothing.
+    pub async fn verify(&self) -> Result<(), AmqpError> {
+        let connect = Connection::connect(&self.url, ConnectionProperties::default());
+        let connection = match tokio::time::timeout(Duration::from_secs(5), connect).await {
+            Ok(Ok(c)) => c,
+            Ok(Err(source)) => {
+                return Err(AmqpError::Connect {
+                    url: self.shown.clone(),
+                    source,
+                })
             }
-        }
-        match receipt.error {
-            Some(e) => Err(AmqpError::Outbox(e)),
-            None => Ok(report),
-        }
+            Err(_) => {
+                return Err(AmqpError::Connect {
+                    url: self.shown.clone(),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "no answer within 5 s",
+                    )
+                    .into(),
+                })
+            }
+        };
+        let channel = connection
+            .create_channel()
+            .await
+            .map_err(|source| AmqpError::Broker {
+                url: self.shown.clone(),
+                what: "opening a channel".into(),
+                source,
+            })?;
+        self.queue_exists(&channel).await
     }
 
     /// A delivery as the inbox core takes it.
@@ -434,5 +481,73 @@ impl AmqpInbox {
             }
         }
         Ok(total)
+    }
+}
+
+/// Why a batch was not committed, if it was not.
+#[derive(Debug)]
+struct CommitError(Option<crate::OutboxError>);
+
+/// A batch the inbox core has committed (or could not), its messages not yet settled with the
+/// broker: [`settle`](Self::settle) acknowledges what the core settled and gives back the
+/// rest.
+#[derive(Debug)]
+#[must_use = "settle the batch, or its messages come back when the connection closes"]
+pub struct Committed {
+    deliveries: Vec<Delivery>,
+    verdicts: Vec<Verdict>,
+    report: InboxReport,
+    error: CommitError,
+}
+
+impl Committed {
+    fn empty() -> Self {
+        Committed {
+            deliveries: Vec::new(),
+            verdicts: Vec::new(),
+            report: InboxReport::default(),
+            error: CommitError(None),
+        }
+    }
+
+    /// What the core did (no acks counted yet).
+    pub fn report(&self) -> InboxReport {
+        self.report
+    }
+
+    /// Why the batch was not committed, if it was not: its messages are given back by
+    /// [`settle`](Self::settle).
+    pub fn error(&self) -> Option<&crate::OutboxError> {
+        self.error.0.as_ref()
+    }
+
+    /// Acknowledges each message the core settled (accepted, duplicate, dead-lettered) and
+    /// gives back the others (nack, requeue). Returns the report with the acks counted; an
+    /// ack that could not be sent (a lost channel) is counted in `ack_failed`: the message
+    /// comes back and is skipped as a duplicate.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: what was not acknowledged comes back.
+    pub async fn settle(self) -> InboxReport {
+        let mut report = self.report;
+        for (d, verdict) in self.deliveries.iter().zip(&self.verdicts) {
+            let settled = match verdict {
+                Verdict::Retry => d
+                    .acker
+                    .nack(BasicNackOptions {
+                        multiple: false,
+                        requeue: true,
+                    })
+                    .await
+                    .map(|_| false),
+                _ => d.acker.ack(BasicAckOptions::default()).await.map(|_| true),
+            };
+            match settled {
+                Ok(true) => report.acked += 1,
+                Ok(false) => {}
+                Err(_) => report.ack_failed += 1,
+            }
+        }
+        report
     }
 }

@@ -52,7 +52,7 @@ mod queues;
 mod relay;
 mod topology;
 
-pub use inbox::{AmqpInbox, InboxConfig};
+pub use inbox::{AmqpInbox, Committed, InboxConfig};
 pub use queues::BrokerTopology;
 pub use relay::{AmqpRelay, RelayConfig};
 

@@ -176,6 +176,7 @@ impl RelayConfig {
 /// use event_runtime::transport::rabbitmq::{AmqpRelay, RelayConfig};
 /// use event_runtime::{Outbox, Store};
 ///
+/// # #[allow(dead_code)]
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 /// let relay = AmqpRelay::new("amqp://guest:guest@127.0.0.1:5672/%2f", RelayConfig::new("events"));
 /// relay.check().await?; // the exchange exists
@@ -240,6 +241,38 @@ impl AmqpRelay {
     /// Its configuration.
     pub fn config(&self) -> &RelayConfig {
         &self.config
+    }
+
+    /// Declares the exchange as the topology does (a durable topic exchange), for a producer
+    /// that owns it; declaring it again changes nothing.
+    ///
+    /// # Errors
+    /// [`AmqpError::Connect`]; [`AmqpError::Broker`] when the broker refuses (an exchange of
+    /// that name with another type or durability: the broker's words say which).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the declaration is one request.
+    pub async fn declare_exchange(&self) -> Result<(), AmqpError> {
+        let channel = self.channel().await.map_err(|source| AmqpError::Connect {
+            url: self.shown.clone(),
+            source,
+        })?;
+        channel
+            .exchange_declare(
+                self.config.exchange.as_str().into(),
+                ExchangeKind::Topic,
+                ExchangeDeclareOptions {
+                    durable: true,
+                    ..ExchangeDeclareOptions::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .map_err(|source| AmqpError::Broker {
+                url: self.shown.clone(),
+                what: format!("declaring exchange `{}`", self.config.exchange),
+                source,
+            })
     }
 
     /// Connects (if not connected) and checks that the exchange exists, without declaring

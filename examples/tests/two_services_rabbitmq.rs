@@ -1,0 +1,460 @@
+//! The two example services through RabbitMQ (`EVENTS_TEST_AMQP_URL`): `orders --broker
+//! amqp://…` publishes the bundled data set to an exchange of the test's own, and `billing
+//! --broker amqp://…` consumes its queue (declared with `billing events rabbitmq topology
+//! create` before orders runs, each billing with a queue and a database of its own). The same
+//! assertions as on NATS (`two_services.rs`): billing invoices every shipped order exactly once
+//! with the revenue by region the CSV gives, in each order's order, after a clean run, after
+//! `--crash-after` (committed, not acknowledged) and a re-run, after a SIGKILL mid-run and a
+//! re-run; and after orders is killed mid-run and run again (RabbitMQ has no de-duplication:
+//! what the killed run published but had not seen confirmed is published again, and billing's
+//! inbox skips it).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use lapin::options::{QueueDeclareOptions, QueueDeleteOptions};
+use lapin::types::FieldTable;
+use lapin::{Connection, ConnectionProperties};
+use rust_decimal::Decimal;
+use serde_json::Value;
+
+/// Orders and revenue by region, from the CSV alone (as `two_services.rs` computes them).
+struct Expected {
+    orders: u64,
+    revenue_by_region: BTreeMap<String, Decimal>,
+}
+
+fn expected(path: &Path) -> Expected {
+    let mut reader = csv::Reader::from_path(path).unwrap();
+    let headers: Vec<String> = reader
+        .headers()
+        .unwrap()
+        .iter()
+        .map(|h| h.trim_start_matches('\u{feff}').to_owned())
+        .collect();
+    let col = |name: &str| headers.iter().position(|h| h == name).unwrap();
+    let (order_id, customer, region, sales) = (
+        col("Order ID"),
+        col("Customer ID"),
+        col("Region"),
+        col("Sales"),
+    );
+    let mut first: HashMap<String, (String, String)> = HashMap::new();
+    let mut revenue_by_region: BTreeMap<String, Decimal> = BTreeMap::new();
+    for record in reader.records() {
+        let record = record.unwrap();
+        let (order_customer, order_region) = first
+            .entry(record[order_id].to_owned())
+            .or_insert_with(|| (record[customer].to_owned(), record[region].to_owned()))
+            .clone();
+        if order_customer != record[customer] {
+            continue;
+        }
+        *revenue_by_region.entry(order_region).or_default() +=
+            Decimal::from_str(&record[sales]).unwrap();
+    }
+    Expected {
+        orders: first.len() as u64,
+        revenue_by_region,
+    }
+}
+
+fn require() -> bool {
+    std::env::var("EVENTS_TEST_REQUIRE_SERVICES").as_deref() == Ok("1")
+}
+
+/// Says why a test is skipped on standard error, which `cargo test` shows.
+fn skip(message: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "note: {message}");
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// The example `name` built by this `cargo test` run.
+fn example_binary(name: &str) -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let bin = exe
+        .parent()?
+        .parent()?
+        .join("examples")
+        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    bin.exists().then_some(bin)
+}
+
+/// An exchange of the test's own and the routing key prefix its events go under, both
+/// binaries, and a folder for the databases.
+struct Pair {
+    url: String,
+    orders_bin: PathBuf,
+    billing_bin: PathBuf,
+    exchange: String,
+    prefix: String,
+    id: String,
+    dir: PathBuf,
+}
+
+impl Pair {
+    fn new(test: &str) -> Option<Pair> {
+        let url = match std::env::var("EVENTS_TEST_AMQP_URL") {
+            Ok(url) if !url.is_empty() => url,
+            _ => {
+                assert!(
+                    !require(),
+                    "{test}: EVENTS_TEST_REQUIRE_SERVICES=1 but EVENTS_TEST_AMQP_URL is not set"
+                );
+                skip(&format!("{test}: skipped: EVENTS_TEST_AMQP_URL is not set"));
+                return None;
+            }
+        };
+        let (Some(orders_bin), Some(billing_bin)) =
+            (example_binary("orders"), example_binary("billing"))
+        else {
+            let why = "the orders and billing examples are not built (`cargo test -p examples` \
+                       builds them; run `cargo build -p examples --examples` first)";
+            assert!(!require(), "{test}: {why}");
+            skip(&format!("{test}: skipped: {why}"));
+            return None;
+        };
+        let id = uuid::Uuid::now_v7().simple().to_string();
+        let dir = std::env::temp_dir().join(format!("two-services-amqp-{test}-{id}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        Some(Pair {
+            url,
+            orders_bin,
+            billing_bin,
+            exchange: format!("TWO{id}"),
+            prefix: format!("two{id}"),
+            id,
+            dir,
+        })
+    }
+
+    fn database(&self, name: &str) -> String {
+        format!("sqlite://{}", self.dir.join(format!("{name}.db")).display())
+    }
+
+    /// The queue (and consumer name) of billing `name`.
+    fn queue(&self, name: &str) -> String {
+        format!("{name}-{}", self.id)
+    }
+
+    fn orders(&self) -> Command {
+        let mut c = Command::new(&self.orders_bin);
+        c.args(["--database", &self.database("orders")])
+            .args(["--broker", &self.url, "--stream", &self.exchange])
+            .args(["--subject-prefix", &self.prefix]);
+        c
+    }
+
+    /// `billing events rabbitmq topology create` for billing `name`, before orders runs.
+    fn topology(&self, name: &str) {
+        let out = Command::new(&self.billing_bin)
+            .args([
+                "events",
+                "rabbitmq",
+                "topology",
+                "create",
+                &self.queue(name),
+            ])
+            .args(["--amqp", &self.url, "--exchange", &self.exchange])
+            .args(["--routing-key-prefix", &self.prefix, "--binding", "order.#"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "topology of {name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    fn billing(&self, name: &str, extra: &[&str]) -> Command {
+        let mut c = Command::new(&self.billing_bin);
+        c.args(["--database", &self.database(name)])
+            .args(["--consumer", &self.queue(name)])
+            .args(["--broker", &self.url, "--stream", &self.exchange])
+            .args(["--subject-prefix", &self.prefix])
+            .args(["--idle-exit", "3"])
+            .args(extra);
+        c
+    }
+
+    /// Messages ready in billing `name`'s queue (not counting those delivered and not yet
+    /// acknowledged).
+    fn ready(&self, name: &str) -> u64 {
+        runtime().block_on(async {
+            let connection = Connection::connect(&self.url, ConnectionProperties::default())
+                .await
+                .unwrap();
+            let channel = connection.create_channel().await.unwrap();
+            let queue = channel
+                .queue_declare(
+                    self.queue(name).as_str().into(),
+                    QueueDeclareOptions {
+                        passive: true,
+                        ..QueueDeclareOptions::default()
+                    },
+                    FieldTable::default(),
+                )
+                .await
+                .unwrap();
+            u64::from(queue.message_count())
+        })
+    }
+
+    /// The queues, exchanges and databases go with a test that passed.
+    fn delete(&self, names: &[&str]) {
+        runtime().block_on(async {
+            let connection = Connection::connect(&self.url, ConnectionProperties::default())
+                .await
+                .unwrap();
+            let channel = connection.create_channel().await.unwrap();
+            for name in names {
+                for q in [self.queue(name), format!("{}.parking", self.queue(name))] {
+                    let _ = channel
+                        .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
+                        .await;
+                }
+                let _ = channel
+                    .exchange_delete(
+                        format!("{}.dlx", self.queue(name)).as_str().into(),
+                        Default::default(),
+                    )
+                    .await;
+            }
+            let _ = channel
+                .exchange_delete(self.exchange.as_str().into(), Default::default())
+                .await;
+        });
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A child process killed when dropped.
+struct Running(Option<Child>);
+
+impl Running {
+    fn spawn(mut command: Command) -> Running {
+        Running(Some(
+            command
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        ))
+    }
+
+    /// SIGKILL: no destructor, no flush, no ack.
+    fn kill(mut self) -> Output {
+        let mut child = self.0.take().unwrap();
+        child.kill().unwrap();
+        child.wait_with_output().unwrap()
+    }
+
+    /// Waits for `until` (polled every 100 ms) and returns `true`, or `false` when the process
+    /// ended first.
+    fn wait_for(&mut self, what: &str, mut until: impl FnMut() -> bool) -> bool {
+        let started = Instant::now();
+        loop {
+            if self.0.as_mut().unwrap().try_wait().unwrap().is_some() {
+                return false;
+            }
+            if until() {
+                return true;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(300),
+                "waited 5 minutes for {what}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The JSON of the last stdout line, `summary: {…}`, of a run that succeeded.
+fn summary(what: &str, out: &Output) -> Value {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{what} failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let last = stdout.lines().last().unwrap_or_default();
+    let json = last
+        .strip_prefix("summary: ")
+        .unwrap_or_else(|| panic!("{what}: no summary line: {stdout}"));
+    serde_json::from_str(json).unwrap()
+}
+
+fn count(v: &Value, key: &str) -> u64 {
+    v[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("summary lacks {key}: {v}"))
+}
+
+fn revenue(v: &Value) -> BTreeMap<String, Decimal> {
+    serde_json::from_value(v["revenue_by_region"].clone()).unwrap()
+}
+
+fn assert_orders_complete(orders: &Value, e: &Expected) {
+    assert_eq!(count(orders, "orders_placed"), e.orders, "{orders}");
+    assert_eq!(count(orders, "orders_shipped"), e.orders, "{orders}");
+    assert_eq!(revenue(orders), e.revenue_by_region, "orders' revenue");
+}
+
+/// `billing` invoiced every shipped order once, exactly, in each order's order, and
+/// dead-lettered nothing.
+fn assert_billing_exact(what: &str, billing: &Value, orders: &Value, e: &Expected) {
+    assert_eq!(count(billing, "invoices"), e.orders, "{what}: {billing}");
+    assert_eq!(
+        revenue(billing),
+        revenue(orders),
+        "{what}: revenue by region as orders reports it"
+    );
+    assert_eq!(
+        revenue(billing),
+        e.revenue_by_region,
+        "{what}: revenue by region against the CSV"
+    );
+    assert_eq!(count(billing, "dead_lettered"), 0, "{what}: {billing}");
+    assert_eq!(
+        count(billing, "out_of_order"),
+        0,
+        "{what}: every handler saw each order's events in the producer's order: {billing}"
+    );
+}
+
+#[test]
+fn billing_on_rabbitmq_is_exact_after_a_clean_run_a_crash_before_the_ack_and_a_sigkill() {
+    let test = "amqp_billing_is_exact";
+    let Some(pair) = Pair::new(test) else {
+        return;
+    };
+    let started = Instant::now();
+    let e = expected(&examples::orders::default_input());
+    for name in ["clean", "crash", "kill"] {
+        pair.topology(name);
+    }
+    let out = pair.orders().output().unwrap();
+    let orders = summary("orders", &out);
+    assert_orders_complete(&orders, &e);
+    let events = count(&orders, "events_dispatched");
+    assert_eq!(
+        pair.ready("clean"),
+        events,
+        "each queue holds every event once"
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(&format!("amqp:{}", pair.exchange)),
+        "the relay in the report:\n{stdout}"
+    );
+    eprintln!("{test}: orders done in {:?}", started.elapsed());
+
+    std::thread::scope(|s| {
+        let pair = &pair;
+        let (orders, e) = (&orders, &e);
+        s.spawn(move || {
+            let clean = summary("billing", &pair.billing("clean", &[]).output().unwrap());
+            assert_billing_exact("clean run", &clean, orders, e);
+            assert_eq!(count(&clean, "received"), events, "{clean}");
+            assert_eq!(count(&clean, "appended"), events, "{clean}");
+            assert_eq!(count(&clean, "duplicates_skipped"), 0, "{clean}");
+        });
+        s.spawn(move || {
+            let crashed = pair
+                .billing("crash", &["--crash-after", "5000"])
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&crashed.stderr);
+            assert!(!crashed.status.success(), "{stderr}");
+            assert!(stderr.contains("--crash-after: "), "{stderr}");
+            let again = summary(
+                "billing after --crash-after",
+                &pair.billing("crash", &[]).output().unwrap(),
+            );
+            assert_billing_exact("after --crash-after", &again, orders, e);
+            assert!(
+                count(&again, "duplicates_skipped") > 0,
+                "the batch committed before the crash comes back and is skipped: {again}"
+            );
+            let appended = count(&again, "appended");
+            assert!(0 < appended && appended < events, "{again}");
+        });
+        s.spawn(move || {
+            let mut running = Running::spawn(pair.billing("kill", &[]));
+            assert!(
+                running.wait_for("billing to take 8,000 messages", || {
+                    pair.ready("kill") + 8_000 <= events
+                }),
+                "billing ended before it was killed"
+            );
+            let killed = running.kill();
+            assert!(!killed.status.success());
+            let again = summary(
+                "billing after SIGKILL",
+                &pair.billing("kill", &[]).output().unwrap(),
+            );
+            assert_billing_exact("after SIGKILL", &again, orders, e);
+            let appended = count(&again, "appended");
+            assert!(0 < appended && appended < events, "{again}");
+        });
+    });
+    eprintln!("{test}: passed in {:?}", started.elapsed());
+    pair.delete(&["clean", "crash", "kill"]);
+}
+
+#[test]
+fn orders_killed_mid_run_on_rabbitmq_and_run_again_loses_nothing() {
+    let test = "amqp_orders_killed";
+    let Some(pair) = Pair::new(test) else {
+        return;
+    };
+    let e = expected(&examples::orders::default_input());
+    pair.topology("billing");
+    let mut running = Running::spawn(pair.orders());
+    assert!(
+        running.wait_for("orders to publish 7,000 events", || {
+            pair.ready("billing") >= 7_000
+        }),
+        "orders ended before it was killed"
+    );
+    let killed = running.kill();
+    assert!(!killed.status.success());
+    let orders = summary("orders after SIGKILL", &pair.orders().output().unwrap());
+    assert!(count(&orders, "rows_already_imported") > 0, "{orders}");
+    assert_orders_complete(&orders, &e);
+    let events = count(&orders, "events_dispatched");
+    let queued = pair.ready("billing");
+    assert!(
+        queued >= events,
+        "every event in the queue: {queued} < {events}"
+    );
+
+    let billing = summary("billing", &pair.billing("billing", &[]).output().unwrap());
+    assert_billing_exact("after orders was killed", &billing, &orders, &e);
+    assert_eq!(count(&billing, "appended"), events, "{billing}");
+    assert_eq!(
+        count(&billing, "received"),
+        events + count(&billing, "duplicates_skipped"),
+        "what orders published again is skipped: {billing}"
+    );
+    pair.delete(&["billing"]);
+}
