@@ -16,74 +16,25 @@
 //! (about 2.5 minutes in debug on 2 cores: `orders` twice on the full data, `billing` six
 //! times).
 
-use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::str::FromStr;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use rust_decimal::Decimal;
 use serde_json::Value;
 
 #[path = "../../tests/tests/common/nats_cluster.rs"]
 mod nats_cluster;
+mod services;
+
+use services::{
+    assert_billing_exact, count, example_binary, expected, require, revenue, runtime, skip,
+    summary, Expected, Running,
+};
 
 // ---- what the CSV says ----------------------------------------------------------------------
 
-/// Orders and revenue by region, from the CSV alone: a row whose customer is not its order's
-/// (first row's) customer is refused; a line counts in its order's region.
-struct Expected {
-    orders: u64,
-    revenue_by_region: BTreeMap<String, Decimal>,
-}
-
-fn expected(path: &Path) -> Expected {
-    let mut reader = csv::Reader::from_path(path).unwrap();
-    let headers: Vec<String> = reader
-        .headers()
-        .unwrap()
-        .iter()
-        .map(|h| h.trim_start_matches('\u{feff}').to_owned())
-        .collect();
-    let col = |name: &str| headers.iter().position(|h| h == name).unwrap();
-    let (order_id, customer, region, sales) = (
-        col("Order ID"),
-        col("Customer ID"),
-        col("Region"),
-        col("Sales"),
-    );
-    let mut first: HashMap<String, (String, String)> = HashMap::new();
-    let mut revenue_by_region: BTreeMap<String, Decimal> = BTreeMap::new();
-    for record in reader.records() {
-        let record = record.unwrap();
-        let (order_customer, order_region) = first
-            .entry(record[order_id].to_owned())
-            .or_insert_with(|| (record[customer].to_owned(), record[region].to_owned()))
-            .clone();
-        if order_customer != record[customer] {
-            continue;
-        }
-        *revenue_by_region.entry(order_region).or_default() +=
-            Decimal::from_str(&record[sales]).unwrap();
-    }
-    Expected {
-        orders: first.len() as u64,
-        revenue_by_region,
-    }
-}
-
 // ---- services -------------------------------------------------------------------------------
-
-/// Says why a test is skipped on the process's standard error, which `cargo test` shows
-/// (unlike `eprintln!`, which the test harness captures).
-fn skip(message: &str) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "note: {message}");
-}
-
-fn require() -> bool {
-    std::env::var("EVENTS_TEST_REQUIRE_SERVICES").as_deref() == Ok("1")
-}
 
 /// The NATS URL from `EVENTS_TEST_NATS_URL` once the server answers, or `None` after printing
 /// that the test is skipped and why. With `EVENTS_TEST_REQUIRE_SERVICES=1` a missing URL or an
@@ -112,19 +63,6 @@ fn nats_url(test: &str) -> Option<String> {
     }
 }
 
-/// The example `name` built by this `cargo test` run (`target/<profile>/examples/<name>`).
-/// Cargo gives no `CARGO_BIN_EXE_` for examples, and `cargo run` from a test would wait on
-/// the lock the running `cargo test` holds.
-fn example_binary(name: &str) -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    let bin = exe
-        .parent()?
-        .parent()?
-        .join("examples")
-        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
-    bin.exists().then_some(bin)
-}
-
 /// Both binaries, or `None` after saying why the test is skipped (failing with
 /// `EVENTS_TEST_REQUIRE_SERVICES=1`).
 fn binaries(test: &str) -> Option<(PathBuf, PathBuf)> {
@@ -139,13 +77,6 @@ fn binaries(test: &str) -> Option<(PathBuf, PathBuf)> {
             None
         }
     }
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 /// A client of the server, or of a cluster's servers (`url` comma-separated).
@@ -331,96 +262,6 @@ impl Pair {
     }
 }
 
-/// A child process killed when dropped (a failed assertion must not leave it running), and
-/// the port it serves its metrics on (0: none).
-struct Running(Option<Child>, u16);
-
-impl Running {
-    fn spawn(command: Command) -> Running {
-        Running::spawn_serving(command, 0)
-    }
-
-    /// A process serving its metrics on `port`.
-    fn spawn_serving(mut command: Command, port: u16) -> Running {
-        Running(
-            Some(
-                command
-                    .stdout(Stdio::piped())
-                    .stderr(Stdio::piped())
-                    .spawn()
-                    .unwrap(),
-            ),
-            port,
-        )
-    }
-
-    /// SIGKILL: no destructor, no flush, no ack.
-    fn kill(mut self) -> Output {
-        let mut child = self.0.take().unwrap();
-        child.kill().unwrap();
-        child.wait_with_output().unwrap()
-    }
-
-    /// Waits for the process to end on its own.
-    fn finish(mut self) -> Output {
-        self.0.take().unwrap().wait_with_output().unwrap()
-    }
-
-    /// Waits for `until` (polled every 100 ms) and returns `true`, or `false` when the process
-    /// ended first.
-    fn wait_for(&mut self, what: &str, mut until: impl FnMut() -> bool) -> bool {
-        let started = Instant::now();
-        loop {
-            if self.0.as_mut().unwrap().try_wait().unwrap().is_some() {
-                return false;
-            }
-            if until() {
-                return true;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(300),
-                "waited 5 minutes for {what}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.0.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-/// The JSON of the last stdout line, `summary: {…}`, of a run that succeeded.
-fn summary(what: &str, out: &Output) -> Value {
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{what} failed ({}): {}\n{stdout}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let last = stdout.lines().last().unwrap_or_default();
-    let json = last
-        .strip_prefix("summary: ")
-        .unwrap_or_else(|| panic!("{what}: no summary line: {stdout}"));
-    serde_json::from_str(json).unwrap()
-}
-
-fn count(v: &Value, key: &str) -> u64 {
-    v[key]
-        .as_u64()
-        .unwrap_or_else(|| panic!("summary lacks {key}: {v}"))
-}
-
-fn revenue(v: &Value) -> BTreeMap<String, Decimal> {
-    serde_json::from_value(v["revenue_by_region"].clone()).unwrap()
-}
-
 /// `orders` is complete: every placed order shipped, the stream holds each of its events once.
 fn assert_orders_complete(pair: &Pair, orders: &Value, e: &Expected) {
     assert_eq!(count(orders, "orders_placed"), e.orders, "{orders}");
@@ -430,32 +271,6 @@ fn assert_orders_complete(pair: &Pair, orders: &Value, e: &Expected) {
         pair.messages(),
         count(orders, "events_dispatched"),
         "the stream holds each event once"
-    );
-}
-
-/// `billing` invoiced every shipped order once, exactly, and dead-lettered nothing.
-fn assert_billing_exact(what: &str, billing: &Value, orders: &Value, e: &Expected) {
-    assert_eq!(count(billing, "invoices"), e.orders, "{what}: {billing}");
-    assert_eq!(
-        count(billing, "invoices"),
-        count(orders, "orders_shipped"),
-        "{what}: one invoice per shipped order"
-    );
-    assert_eq!(
-        revenue(billing),
-        revenue(orders),
-        "{what}: revenue by region as orders reports it"
-    );
-    assert_eq!(
-        revenue(billing),
-        e.revenue_by_region,
-        "{what}: revenue by region against the CSV"
-    );
-    assert_eq!(count(billing, "dead_lettered"), 0, "{what}: {billing}");
-    assert_eq!(
-        count(billing, "out_of_order"),
-        0,
-        "{what}: every handler saw each order's events in the producer's order: {billing}"
     );
 }
 

@@ -9,86 +9,21 @@
 //! what the killed run published but had not seen confirmed is published again, and billing's
 //! inbox skips it).
 
-use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::str::FromStr;
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Instant;
 
 use lapin::options::{QueueDeclareOptions, QueueDeleteOptions};
 use lapin::types::FieldTable;
 use lapin::{Connection, ConnectionProperties};
-use rust_decimal::Decimal;
 use serde_json::Value;
 
-/// Orders and revenue by region, from the CSV alone (as `two_services.rs` computes them).
-struct Expected {
-    orders: u64,
-    revenue_by_region: BTreeMap<String, Decimal>,
-}
+mod services;
 
-fn expected(path: &Path) -> Expected {
-    let mut reader = csv::Reader::from_path(path).unwrap();
-    let headers: Vec<String> = reader
-        .headers()
-        .unwrap()
-        .iter()
-        .map(|h| h.trim_start_matches('\u{feff}').to_owned())
-        .collect();
-    let col = |name: &str| headers.iter().position(|h| h == name).unwrap();
-    let (order_id, customer, region, sales) = (
-        col("Order ID"),
-        col("Customer ID"),
-        col("Region"),
-        col("Sales"),
-    );
-    let mut first: HashMap<String, (String, String)> = HashMap::new();
-    let mut revenue_by_region: BTreeMap<String, Decimal> = BTreeMap::new();
-    for record in reader.records() {
-        let record = record.unwrap();
-        let (order_customer, order_region) = first
-            .entry(record[order_id].to_owned())
-            .or_insert_with(|| (record[customer].to_owned(), record[region].to_owned()))
-            .clone();
-        if order_customer != record[customer] {
-            continue;
-        }
-        *revenue_by_region.entry(order_region).or_default() +=
-            Decimal::from_str(&record[sales]).unwrap();
-    }
-    Expected {
-        orders: first.len() as u64,
-        revenue_by_region,
-    }
-}
-
-fn require() -> bool {
-    std::env::var("EVENTS_TEST_REQUIRE_SERVICES").as_deref() == Ok("1")
-}
-
-/// Says why a test is skipped on standard error, which `cargo test` shows.
-fn skip(message: &str) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "note: {message}");
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-/// The example `name` built by this `cargo test` run.
-fn example_binary(name: &str) -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    let bin = exe
-        .parent()?
-        .parent()?
-        .join("examples")
-        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
-    bin.exists().then_some(bin)
-}
+use services::{
+    assert_billing_exact, count, example_binary, expected, require, revenue, runtime, skip,
+    summary, Expected, Running,
+};
 
 /// An exchange of the test's own and the routing key prefix its events go under, both
 /// binaries, and a folder for the databases.
@@ -238,107 +173,10 @@ impl Pair {
     }
 }
 
-/// A child process killed when dropped.
-struct Running(Option<Child>);
-
-impl Running {
-    fn spawn(mut command: Command) -> Running {
-        Running(Some(
-            command
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap(),
-        ))
-    }
-
-    /// SIGKILL: no destructor, no flush, no ack.
-    fn kill(mut self) -> Output {
-        let mut child = self.0.take().unwrap();
-        child.kill().unwrap();
-        child.wait_with_output().unwrap()
-    }
-
-    /// Waits for `until` (polled every 100 ms) and returns `true`, or `false` when the process
-    /// ended first.
-    fn wait_for(&mut self, what: &str, mut until: impl FnMut() -> bool) -> bool {
-        let started = Instant::now();
-        loop {
-            if self.0.as_mut().unwrap().try_wait().unwrap().is_some() {
-                return false;
-            }
-            if until() {
-                return true;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(300),
-                "waited 5 minutes for {what}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.0.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-/// The JSON of the last stdout line, `summary: {…}`, of a run that succeeded.
-fn summary(what: &str, out: &Output) -> Value {
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{what} failed: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let last = stdout.lines().last().unwrap_or_default();
-    let json = last
-        .strip_prefix("summary: ")
-        .unwrap_or_else(|| panic!("{what}: no summary line: {stdout}"));
-    serde_json::from_str(json).unwrap()
-}
-
-fn count(v: &Value, key: &str) -> u64 {
-    v[key]
-        .as_u64()
-        .unwrap_or_else(|| panic!("summary lacks {key}: {v}"))
-}
-
-fn revenue(v: &Value) -> BTreeMap<String, Decimal> {
-    serde_json::from_value(v["revenue_by_region"].clone()).unwrap()
-}
-
 fn assert_orders_complete(orders: &Value, e: &Expected) {
     assert_eq!(count(orders, "orders_placed"), e.orders, "{orders}");
     assert_eq!(count(orders, "orders_shipped"), e.orders, "{orders}");
     assert_eq!(revenue(orders), e.revenue_by_region, "orders' revenue");
-}
-
-/// `billing` invoiced every shipped order once, exactly, in each order's order, and
-/// dead-lettered nothing.
-fn assert_billing_exact(what: &str, billing: &Value, orders: &Value, e: &Expected) {
-    assert_eq!(count(billing, "invoices"), e.orders, "{what}: {billing}");
-    assert_eq!(
-        revenue(billing),
-        revenue(orders),
-        "{what}: revenue by region as orders reports it"
-    );
-    assert_eq!(
-        revenue(billing),
-        e.revenue_by_region,
-        "{what}: revenue by region against the CSV"
-    );
-    assert_eq!(count(billing, "dead_lettered"), 0, "{what}: {billing}");
-    assert_eq!(
-        count(billing, "out_of_order"),
-        0,
-        "{what}: every handler saw each order's events in the producer's order: {billing}"
-    );
 }
 
 #[test]

@@ -195,11 +195,21 @@ async fn a_broker_restart_pauses_the_relay_and_loses_nothing() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     drop(guard);
 
+    all_published_none_dead(&store, workers, "after the restart").await;
+    expect_all_in_order(&url, &exchange, &queue, total).await;
+}
+
+/// Waits until nothing is pending (60 s at most), stops `workers`, and finds no dead letter.
+async fn all_published_none_dead(
+    store: &event_runtime::Store,
+    workers: event_runtime::Workers,
+    when: &str,
+) {
     let start = Instant::now();
     while store.stats().await.unwrap().pending > 0 {
         assert!(
             start.elapsed() < Duration::from_secs(60),
-            "not all published after the restart"
+            "not all published {when}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -209,8 +219,6 @@ async fn a_broker_restart_pauses_the_relay_and_loses_nothing() {
         .await
         .unwrap();
     assert!(dead.is_empty(), "{dead:?}");
-
-    expect_all_in_order(&url, &exchange, &queue, total).await;
 }
 
 /// Every event of the run in the durable queue `queue`, each aggregate's first copies in order;
@@ -307,19 +315,6 @@ async fn a_memory_alarm_pauses_the_relay_and_says_so_until_it_clears() {
     assert!(store.stats().await.unwrap().pending > 0);
     drop(restore);
 
-    let start = Instant::now();
-    while store.stats().await.unwrap().pending > 0 {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "not all published after the alarm cleared"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    workers.shutdown(Duration::from_secs(10)).await.unwrap();
-    let dead = store
-        .dead_letters(&DeadLetterFilter::default())
-        .await
-        .unwrap();
-    assert!(dead.is_empty(), "{dead:?}");
+    all_published_none_dead(&store, workers, "after the alarm cleared").await;
     expect_all_in_order(&url, &exchange, &queue, total).await;
 }

@@ -146,6 +146,31 @@ pub use origin::Origin;
 use crate::store::DeadLetterReason;
 use crate::OutboxError;
 
+/// Why an inbox must not start on `outbox`, when the outbox registers in-transaction handlers
+/// (a transport's inbox refuses them unless its configuration allows them): they run when a
+/// received event is committed, before a predecessor it waits for has arrived.
+#[cfg(any(feature = "nats", feature = "rabbitmq"))]
+pub(crate) fn in_transaction_refusal(outbox: &crate::Outbox) -> Option<String> {
+    let in_transaction: Vec<&str> = outbox
+        .dispatcher()
+        .registry()
+        .handlers()
+        .iter()
+        .filter(|h| h.mode == event_core::DeliveryMode::InTransaction)
+        .map(|h| h.name)
+        .collect();
+    (!in_transaction.is_empty()).then(|| {
+        format!(
+            "the consuming outbox registers in-transaction handlers ({}): they run when a received \
+             event is committed, before a predecessor it waits for arrives, so they would see the \
+             broker's order, not the producer's; make them after-commit handlers, or allow them \
+             with InboxConfig::allow_in_transaction_handlers(true) when they handle only this \
+             service's own events",
+            in_transaction.join(", ")
+        )
+    })
+}
+
 /// A message a transport received, as the inbox core takes it.
 #[derive(Debug, Clone)]
 #[non_exhaustive]

@@ -11,7 +11,7 @@ use lapin::options::{
     BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, QueueDeclareOptions,
 };
 use lapin::types::{AMQPValue, FieldTable};
-use lapin::{Channel, Connection, ConnectionProperties, Consumer};
+use lapin::{Channel, Connection, Consumer};
 
 use super::{redact_url, AmqpError};
 use crate::inbox::{InboxReport, Incoming, Origin, Verdict};
@@ -138,22 +138,8 @@ impl AmqpInbox {
         config: InboxConfig,
     ) -> Result<AmqpInbox, AmqpError> {
         if !config.allow_in_transaction_handlers {
-            let in_transaction: Vec<&str> = outbox
-                .dispatcher()
-                .registry()
-                .handlers()
-                .iter()
-                .filter(|h| h.mode == event_core::DeliveryMode::InTransaction)
-                .map(|h| h.name)
-                .collect();
-            if !in_transaction.is_empty() {
-                return Err(AmqpError::Config(format!(
-                    "the consuming outbox registers in-transaction handlers ({}): they run when a \
-                     received event is committed, before a predecessor it waits for arrives, so \
-                     they would see the broker's order; make them after-commit handlers, or allow \
-                     them with InboxConfig::allow_in_transaction_handlers(true)",
-                    in_transaction.join(", ")
-                )));
+            if let Some(refusal) = crate::inbox::in_transaction_refusal(&outbox) {
+                return Err(AmqpError::Config(refusal));
             }
         }
         let url = url.into();
@@ -176,40 +162,15 @@ impl AmqpInbox {
 
     /// Connects, checks the queue and starts the consumer.
     async fn open(&self) -> Result<Link, AmqpError> {
-        let connect = Connection::connect(&self.url, ConnectionProperties::default());
-        let connection = match tokio::time::timeout(Duration::from_secs(5), connect).await {
-            Ok(Ok(c)) => c,
-            Ok(Err(source)) => {
-                return Err(AmqpError::Connect {
-                    url: self.shown.clone(),
-                    source,
-                })
-            }
-            Err(_) => {
-                return Err(AmqpError::Connect {
-                    url: self.shown.clone(),
-                    source: std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        "no answer within 5 s",
-                    )
-                    .into(),
-                })
-            }
-        };
+        let connection = super::connect(&self.url).await?;
         let broker = |what: &str| {
             let url = self.shown.clone();
             let what = what.to_owned();
             move |source| AmqpError::Broker { url, what, source }
         };
-        let channel = connection
-            .create_channel()
-            .await
-            .map_err(broker("opening a channel"))?;
-        self.queue_exists(&channel).await?;
-        let channel = connection
-            .create_channel()
-            .await
-            .map_err(broker("opening a channel"))?;
+        self.queue_exists(&super::channel(&connection, &self.shown).await?)
+            .await?;
+        let channel = super::channel(&connection, &self.shown).await?;
         channel
             .basic_qos(self.config.batch, BasicQosOptions::default())
             .await
@@ -364,35 +325,9 @@ impl AmqpInbox {
     /// # Cancel safety
     /// Cancel safe: it changes nothing.
     pub async fn verify(&self) -> Result<(), AmqpError> {
-        let connect = Connection::connect(&self.url, ConnectionProperties::default());
-        let connection = match tokio::time::timeout(Duration::from_secs(5), connect).await {
-            Ok(Ok(c)) => c,
-            Ok(Err(source)) => {
-                return Err(AmqpError::Connect {
-                    url: self.shown.clone(),
-                    source,
-                })
-            }
-            Err(_) => {
-                return Err(AmqpError::Connect {
-                    url: self.shown.clone(),
-                    source: std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        "no answer within 5 s",
-                    )
-                    .into(),
-                })
-            }
-        };
-        let channel = connection
-            .create_channel()
+        let connection = super::connect(&self.url).await?;
+        self.queue_exists(&super::channel(&connection, &self.shown).await?)
             .await
-            .map_err(|source| AmqpError::Broker {
-                url: self.shown.clone(),
-                what: "opening a channel".into(),
-                source,
-            })?;
-        self.queue_exists(&channel).await
     }
 
     /// A delivery as the inbox core takes it.

@@ -120,6 +120,45 @@ pub enum AmqpError {
     },
 }
 
+/// How long connecting may take before the broker counts as unreachable.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Connects to `url` within [`CONNECT_TIMEOUT`].
+///
+/// # Errors
+/// [`AmqpError::Connect`], naming `url` without its password.
+async fn connect(url: &str) -> Result<lapin::Connection, AmqpError> {
+    let connect = lapin::Connection::connect(url, lapin::ConnectionProperties::default());
+    let source = match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
+        Ok(Ok(connection)) => return Ok(connection),
+        Ok(Err(source)) => source,
+        Err(_) => std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no answer within {} s", CONNECT_TIMEOUT.as_secs()),
+        )
+        .into(),
+    };
+    Err(AmqpError::Connect {
+        url: redact_url(url),
+        source,
+    })
+}
+
+/// A new channel on `connection` (a refused declaration closes the one it was made on).
+///
+/// # Errors
+/// [`AmqpError::Broker`], naming `url` (password masked).
+async fn channel(connection: &lapin::Connection, url: &str) -> Result<lapin::Channel, AmqpError> {
+    connection
+        .create_channel()
+        .await
+        .map_err(|source| AmqpError::Broker {
+            url: url.to_owned(),
+            what: "opening a channel".into(),
+            source,
+        })
+}
+
 /// `url` with its password masked: `amqp://guest:***@127.0.0.1:5672/%2f`. A URL without a
 /// password is returned as it is.
 pub fn redact_url(url: &str) -> String {

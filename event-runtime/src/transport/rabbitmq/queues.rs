@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString};
-use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
+use lapin::{Channel, Connection, ExchangeKind};
 
 use super::{redact_url, AmqpError};
 
@@ -334,33 +334,14 @@ fn durable_queue(passive: bool) -> QueueDeclareOptions {
 }
 
 async fn connect(url: &str) -> Result<(Connection, Channel), AmqpError> {
-    let shown = redact_url(url);
-    let connect = Connection::connect(url, ConnectionProperties::default());
-    let connection = match tokio::time::timeout(Duration::from_secs(5), connect).await {
-        Ok(Ok(c)) => c,
-        Ok(Err(source)) => return Err(AmqpError::Connect { url: shown, source }),
-        Err(_) => {
-            return Err(AmqpError::Connect {
-                url: shown,
-                source: std::io::Error::new(std::io::ErrorKind::TimedOut, "no answer within 5 s")
-                    .into(),
-            })
-        }
-    };
-    let channel = fresh(&connection, &shown).await?;
+    let connection = super::connect(url).await?;
+    let channel = fresh(&connection, &redact_url(url)).await?;
     Ok((connection, channel))
 }
 
 /// A new channel (a refused declaration closes the one it was made on).
 async fn fresh(connection: &Connection, shown: &str) -> Result<Channel, AmqpError> {
-    connection
-        .create_channel()
-        .await
-        .map_err(|source| AmqpError::Broker {
-            url: shown.to_owned(),
-            what: "opening a channel".into(),
-            source,
-        })
+    super::channel(connection, shown).await
 }
 
 /// A 406 PRECONDITION_FAILED (what exists differs: the broker's text names the setting) as

@@ -17,11 +17,8 @@ use lapin::{
     ExchangeKind,
 };
 
-use super::{redact_url, AmqpError, CONTENT_TYPE};
+use super::{redact_url, AmqpError, CONNECT_TIMEOUT, CONTENT_TYPE};
 use crate::{Delivery, DeliveryError, Destination, RetryPolicy, Routing};
-
-/// How long connecting may take before the broker counts as unreachable.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long the relay stays paused while the broker is unreachable before it looks again.
 const RECONNECT_EVERY: Duration = Duration::from_secs(1);

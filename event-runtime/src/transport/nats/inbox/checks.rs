@@ -34,19 +34,8 @@ pub(in crate::transport::nats) fn preflight(
         .max(config.ack_wait)
         + config.fetch_wait;
     if !config.allow_in_transaction_handlers {
-        let in_transaction: Vec<&str> = outbox
-            .dispatcher()
-            .registry()
-            .handlers()
-            .iter()
-            .filter(|h| h.mode == event_core::DeliveryMode::InTransaction)
-            .map(|h| h.name)
-            .collect();
-        if !in_transaction.is_empty() {
-            return Err(NatsError::Config(format!(
-                "the consuming outbox registers in-transaction handlers ({}): they run when a received event is committed, before a predecessor it waits for arrives, so they would see the broker's order, not the producer's; make them after-commit handlers, or allow them with InboxConfig::allow_in_transaction_handlers(true) when they handle only this service's own events",
-                in_transaction.join(", ")
-            )));
+        if let Some(refusal) = crate::inbox::in_transaction_refusal(outbox) {
+            return Err(NatsError::Config(refusal));
         }
     }
     let gap_after = outbox.config().gap_after;
