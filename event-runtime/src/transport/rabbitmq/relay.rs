@@ -189,6 +189,8 @@ pub struct AmqpRelay {
     shown: String,
     config: RelayConfig,
     link: tokio::sync::Mutex<Option<Link>>,
+    /// Held while a publish is handed to the channel (see `publish`).
+    sending: tokio::sync::Mutex<()>,
 }
 
 /// An open connection and its confirm-mode channel.
@@ -232,6 +234,7 @@ impl AmqpRelay {
             url,
             config,
             link: tokio::sync::Mutex::new(None),
+            sending: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -388,19 +391,28 @@ impl AmqpRelay {
             .with_delivery_mode(2)
             .with_message_id(d.event_id.to_string().into());
         let publish = async {
-            channel
-                .basic_publish(
-                    self.config.exchange.as_str().into(),
-                    key.as_str().into(),
-                    BasicPublishOptions {
-                        mandatory: true,
-                        immediate: false,
-                    },
-                    body.as_bytes(),
-                    properties,
-                )
-                .await?
-                .await
+            // One publish at a time reaches the channel: lapin numbers a publish's confirm
+            // and queues its frames in two steps, and two publishes racing between them
+            // would take their numbers in one order and reach the broker in the other — an
+            // ack for one would then confirm the other, and a connection lost between the two
+            // would report as confirmed a message the broker never got. The confirms are
+            // still awaited together.
+            let confirm = {
+                let _sending = self.sending.lock().await;
+                channel
+                    .basic_publish(
+                        self.config.exchange.as_str().into(),
+                        key.as_str().into(),
+                        BasicPublishOptions {
+                            mandatory: true,
+                            immediate: false,
+                        },
+                        body.as_bytes(),
+                        properties,
+                    )
+                    .await?
+            };
+            confirm.await
         };
         let confirmation = match tokio::time::timeout(self.config.publish_timeout, publish).await {
             Err(_) => {
