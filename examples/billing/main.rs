@@ -358,16 +358,7 @@ async fn consume_amqp(
         };
         unreachable_since = None;
         let r = committed.report();
-        if args
-            .crash_after
-            .is_some_and(|n| total.received + r.received >= n)
-        {
-            eprintln!(
-                "--crash-after: {} messages committed, not acked; aborting",
-                total.received + r.received
-            );
-            std::process::abort();
-        }
+        crash_if_due(args, total.received + r.received);
         let failed = committed
             .error()
             .map(|e| event_core::ErrorChain(e).to_string());
@@ -381,6 +372,15 @@ async fn consume_amqp(
         }
     }
     Ok(total)
+}
+
+/// `--crash-after N`: aborts the process (no destructor, no ack) once `committed` messages,
+/// committed and not yet acknowledged, reach N.
+fn crash_if_due(args: &Args, committed: usize) {
+    if args.crash_after.is_some_and(|n| committed >= n) {
+        eprintln!("--crash-after: {committed} messages committed, not acked; aborting");
+        std::process::abort();
+    }
 }
 
 /// One inbox, on the durable consumer itself (one partition): until idle, or
@@ -443,16 +443,7 @@ async fn consume(
         };
         unreachable_since = None;
         let r = batch.report();
-        if args
-            .crash_after
-            .is_some_and(|n| total.received + r.received >= n)
-        {
-            eprintln!(
-                "--crash-after: {} messages committed, not acked; aborting",
-                total.received + r.received
-            );
-            std::process::abort();
-        }
+        crash_if_due(args, total.received + r.received);
         total += batch.ack().await;
         if r.received > 0 {
             last = Instant::now();
