@@ -15,7 +15,8 @@
 //!
 //! With `--partitions P` (a stream `orders --partitions P` made), any number of billing
 //! processes on one database form a group: they share the partitions, each consuming its
-//! share through a durable consumer per partition (`<consumer>-<k>`); one that stops or is
+//! share through a durable consumer per partition (`<consumer>-<k>`; on RabbitMQ the queue
+//! `<consumer>.<k>`); one that stops or is
 //! killed has its share taken over by the others. Each prints the database's totals when it
 //! leaves, with `others_running` (instances still at work then): the last one to leave prints
 //! them all.
@@ -49,7 +50,7 @@ use event_runtime::topology::Topology;
 use event_runtime::transport::nats::{
     self, GroupConfig, InboxConfig, InboxReport, NatsGroup, NatsInbox, RelayConfig,
 };
-use event_runtime::transport::rabbitmq::{self, AmqpError, AmqpInbox, BrokerTopology};
+use event_runtime::transport::rabbitmq::{self, AmqpError, AmqpGroup, AmqpInbox, BrokerTopology};
 use event_runtime::{CancellationToken, ConnectOptions, Outbox, Registry, Store};
 use examples::orders::domain::{LineAdded, OrderPlacedV2, OrderShipped};
 use handlers::{create_tables, invoice, outbox, record_line, record_order};
@@ -61,7 +62,7 @@ use rust_decimal::Decimal;
 #[derive(Debug, clap::Parser)]
 #[command(
     name = "billing",
-    about = "Consumes the orders service's events from NATS JetStream into its own outbox and invoices every shipped order."
+    about = "Consumes the orders service's events from NATS JetStream or RabbitMQ into its own outbox and invoices every shipped order."
 )]
 struct Args {
     /// The broker `orders` publishes to: a NATS server (`nats://…`, or a cluster's servers
@@ -103,9 +104,9 @@ struct Args {
     subject_prefix: String,
     /// The stream's partitions (`orders --partitions`): with more than one, this process is
     /// an instance of the group `--consumer`, sharing the partitions with the others that run
-    /// on the same database (each partition's durable consumer is `<consumer>-<k>`); Ctrl-C
-    /// or SIGTERM hands its partitions over; `--crash-after` and `--instances` take one
-    /// partition only.
+    /// on the same database (each partition's durable consumer is `<consumer>-<k>`, on
+    /// RabbitMQ its queue `<consumer>.<k>`); Ctrl-C or SIGTERM hands its partitions over;
+    /// `--crash-after` and `--instances` take one partition only.
     #[arg(long, value_name = "P", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     partitions: u32,
     /// Serve the metrics (Prometheus text format) at `http://HOST:PORT/metrics` while it
@@ -236,13 +237,10 @@ async fn run(args: &Args) -> Result<Summary, Box<dyn std::error::Error>> {
     create_tables(&store).await?;
     let outbox = outbox(store.clone())?;
     let amqp = examples::orders::is_amqp(&args.broker);
-    if amqp && args.partitions > 1 {
-        return Err(
-            "--partitions needs NATS for now: on RabbitMQ billing consumes one queue".into(),
-        );
-    }
     let workers = outbox.spawn_workers(2);
-    let (total, others_running) = if amqp {
+    let (total, others_running) = if amqp && args.partitions > 1 {
+        consume_amqp_group(args, &outbox).await?
+    } else if amqp {
         (consume_amqp(args, &outbox).await?, 0)
     } else {
         let client = nats::connect(&args.broker, "billing").await?;
@@ -301,21 +299,28 @@ fn redact_broker(url: &str) -> String {
     }
 }
 
-/// On RabbitMQ: the queue `--consumer` (its topology declared when missing: bound to
-/// `<prefix>.order.#` of the exchange `--stream`), consumed by one inbox until idle, or
+/// On RabbitMQ: the queues of `--consumer` (`--partitions` of them), bound to
+/// `<prefix>.order.#` of the exchange `--stream`; declared when missing.
+async fn amqp_topology(args: &Args) -> Result<BrokerTopology, AmqpError> {
+    let topology = BrokerTopology::new(&args.stream, &args.consumer)
+        .routing_key_prefix(&args.subject_prefix)
+        .partitions(args.partitions)
+        .bindings(["order.#"]);
+    topology.create(&args.broker).await?;
+    Ok(topology)
+}
+
+/// On RabbitMQ, one partition: the queue `--consumer`, consumed by one inbox until idle, or
 /// `--crash-after`.
 async fn consume_amqp(
     args: &Args,
     outbox: &Outbox,
 ) -> Result<InboxReport, Box<dyn std::error::Error>> {
-    let topology = BrokerTopology::new(&args.stream, &args.consumer)
-        .routing_key_prefix(&args.subject_prefix)
-        .bindings(["order.#"]);
-    topology.create(&args.broker).await?;
+    let topology = amqp_topology(args).await?;
     let inbox = AmqpInbox::new(
         &args.broker,
         outbox.clone(),
-        rabbitmq::InboxConfig::new(topology.queue(0)).batch(256),
+        topology.inbox_config(0).batch(256),
     )
     .await?;
     let mut total = InboxReport::default();
@@ -381,6 +386,84 @@ fn crash_if_due(args: &Args, committed: usize) {
         eprintln!("--crash-after: {committed} messages committed, not acked; aborting");
         std::process::abort();
     }
+}
+
+/// A token cancelled on Ctrl-C or SIGTERM: a group's graceful stop, handing its partitions
+/// over at once.
+fn stop_on_signal() -> CancellationToken {
+    let cancel = CancellationToken::new();
+    tokio::spawn({
+        let cancel = cancel.clone();
+        async move {
+            let Ok(mut term) =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            else {
+                return;
+            };
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            eprintln!("billing: stopping: handing the partitions over");
+            cancel.cancel();
+        }
+    });
+    cancel
+}
+
+/// On RabbitMQ, an instance of the group `--consumer` over its `--partitions` queues, as
+/// [`consume_group`] on NATS. Returns what it received, and how many other instances were
+/// still running when it left.
+async fn consume_amqp_group(
+    args: &Args,
+    outbox: &Outbox,
+) -> Result<(InboxReport, usize), Box<dyn std::error::Error>> {
+    if args.crash_after.is_some() {
+        return Err(
+            "--crash-after takes one partition: kill an instance of a group instead".into(),
+        );
+    }
+    let topology = amqp_topology(args).await?;
+    let cancel = stop_on_signal();
+    let mut config = GroupConfig::new();
+    if let Some(member) = &args.member {
+        config = config.member(member);
+    }
+    let inbox = rabbitmq::InboxConfig::new(&args.consumer).batch(256);
+    let group = AmqpGroup::new(
+        &args.broker,
+        outbox.clone(),
+        topology.clone(),
+        inbox,
+        config,
+    )?;
+    let idle = Duration::from_secs(args.idle_exit);
+    let total = group.run(cancel.clone(), Some(idle)).await?;
+    let others = group
+        .view()
+        .await?
+        .live_members()
+        .iter()
+        .filter(|m| m.as_str() != group.member())
+        .count();
+    if others == 0 && !cancel.is_cancelled() {
+        // The last to leave: what the queues still hold would be missing from its totals.
+        let left: Vec<String> = topology
+            .ready(&args.broker)
+            .await?
+            .into_iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(queue, n)| format!("{queue}: {n}"))
+            .collect();
+        if !left.is_empty() {
+            return Err(format!(
+                "the last instance to leave, with messages still to consume ({}): the summary would be partial; run billing again",
+                left.join(", ")
+            )
+            .into());
+        }
+    }
+    Ok((total, others))
 }
 
 /// One inbox, on the durable consumer itself (one partition): until idle, or
@@ -467,24 +550,7 @@ async fn consume_group(
             "--crash-after takes one partition: kill an instance of a group instead".into(),
         );
     }
-    // Ctrl-C or SIGTERM: a graceful stop, handing the partitions over at once.
-    let cancel = CancellationToken::new();
-    tokio::spawn({
-        let cancel = cancel.clone();
-        async move {
-            let Ok(mut term) =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            else {
-                return;
-            };
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-            eprintln!("billing: stopping: handing the partitions over");
-            cancel.cancel();
-        }
-    });
+    let cancel = stop_on_signal();
     let mut config = GroupConfig::new();
     if let Some(member) = &args.member {
         config = config.member(member);

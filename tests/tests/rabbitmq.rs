@@ -21,6 +21,7 @@ use event_runtime::transport::rabbitmq::{
     AmqpError, AmqpInbox, AmqpRelay, BrokerTopology, InboxConfig, RelayConfig,
 };
 use event_runtime::{CancellationToken, DeadLetterFilter, Dispatcher, Outbox, RetryPolicy, Store};
+use futures_util::StreamExt;
 use lapin::options::{
     BasicConsumeOptions, BasicGetOptions, BasicPublishOptions, ExchangeDeclareOptions,
     ExchangeDeleteOptions, QueueBindOptions, QueueDeclareOptions, QueueDeleteOptions,
@@ -837,14 +838,10 @@ async fn the_topology_is_created_and_checked_and_each_partition_queue_gets_its_a
     producer.drain(Duration::from_secs(30)).await.unwrap();
     let mut total = 0;
     for (k, queue) in topology.queues().iter().enumerate() {
-        while let Some(m) = broker
-            .channel
-            .basic_get(queue.as_str().into(), BasicGetOptions { no_ack: true })
-            .await
-            .unwrap()
-        {
+        // Through a consumer: the queues' single active consumer refuses `basic.get`.
+        for m in common::amqp_take(&broker.channel, queue).await {
             total += 1;
-            let body: serde_json::Value = serde_json::from_slice(&m.delivery.data).unwrap();
+            let body: serde_json::Value = serde_json::from_slice(&m.data).unwrap();
             let parcel = body["subject"].as_str().unwrap();
             let partition = event_runtime::transport::partition_of(
                 body["aggregatetype"].as_str().unwrap(),
@@ -853,7 +850,7 @@ async fn the_topology_is_created_and_checked_and_each_partition_queue_gets_its_a
             );
             assert_eq!(partition as usize, k, "{parcel} in {queue}");
             assert_eq!(
-                m.delivery.routing_key.as_str(),
+                m.routing_key.as_str(),
                 format!("events.{k}.amqptest.parcel.moved")
             );
         }
@@ -876,16 +873,22 @@ async fn the_topology_is_created_and_checked_and_each_partition_queue_gets_its_a
         .await
         .unwrap();
     // Taken and given back until the broker parks it.
+    let mut consumer = broker
+        .channel
+        .basic_consume(
+            queue.as_str().into(),
+            "poison-taker".into(),
+            lapin::options::BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
     let start = Instant::now();
     let parked = loop {
-        if let Some(m) = broker
-            .channel
-            .basic_get(queue.as_str().into(), BasicGetOptions { no_ack: false })
-            .await
-            .unwrap()
+        if let Ok(Some(Ok(m))) =
+            tokio::time::timeout(Duration::from_millis(100), consumer.next()).await
         {
-            m.delivery
-                .acker
+            m.acker
                 .nack(lapin::options::BasicNackOptions {
                     multiple: false,
                     requeue: true,
@@ -893,16 +896,16 @@ async fn the_topology_is_created_and_checked_and_each_partition_queue_gets_its_a
                 .await
                 .unwrap();
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        if let Some(m) = broker
-            .channel
-            .basic_get(
-                topology.parking_queue().as_str().into(),
-                BasicGetOptions { no_ack: true },
-            )
-            .await
-            .unwrap()
-        {
+        if topology.parked(&broker.url).await.unwrap() == 1 {
+            let m = broker
+                .channel
+                .basic_get(
+                    topology.parking_queue().as_str().into(),
+                    BasicGetOptions { no_ack: true },
+                )
+                .await
+                .unwrap()
+                .unwrap();
             break m;
         }
         assert!(start.elapsed() < Duration::from_secs(15), "never parked");

@@ -94,7 +94,7 @@ pub enum CliError {
     Nats(#[source] crate::transport::nats::NatsError),
     /// RabbitMQ refused or could not be reached (`events rabbitmq …`, feature `rabbitmq`).
     #[cfg(feature = "rabbitmq")]
-    #[error("RabbitMQ")]
+    #[error("the RabbitMQ topology")]
     Rabbitmq(#[source] Box<crate::transport::rabbitmq::AmqpError>),
     /// The command was refused (an empty reason or actor, a bulk operation not confirmed).
     #[error("{0}")]

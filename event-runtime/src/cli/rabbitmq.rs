@@ -115,6 +115,19 @@ pub(super) async fn run(command: RabbitmqCommand, io: &mut Io<'_>) -> Result<(),
         topology.binding_keys(0).join(", "),
     )?;
     if !create {
+        let parked = topology
+            .parked(&url)
+            .await
+            .map_err(|e| CliError::Rabbitmq(Box::new(e)))?;
+        if parked > 0 {
+            writeln!(
+                io.out,
+                "parking queue {}: {parked} messages the broker gave up on after the delivery limit: no inbox receives them until they are moved back (the management UI's shovel, or rabbitmqadmin)",
+                topology.parking_queue()
+            )?;
+        } else {
+            writeln!(io.out, "parking queue {}: empty", topology.parking_queue())?;
+        }
         writeln!(
             io.out,
             "bindings are not checked (AMQP 0-9-1 cannot list them): run `topology create` to assert them"

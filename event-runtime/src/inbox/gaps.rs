@@ -36,10 +36,20 @@ impl Outbox {
             .open_gaps(now.saturating_sub(wait), now, DETECT_LIMIT)
             .await?;
         for g in &opened {
+            let origin = store
+                .received_origin(g.waiting_event_id)
+                .await
+                .ok()
+                .flatten();
             let (dead_here, what) = if g.dead_letter_id.is_some() {
                 (
                     " (it is dead-lettered here)",
                     "replay its dead letter, or purge it to accept the gap",
+                )
+            } else if origin.as_ref().is_some_and(|o| o.transport == "rabbitmq") {
+                (
+                    "",
+                    "a RabbitMQ queue keeps nothing it delivered, so it cannot be re-fetched: re-publish it from the producer with `events relay republish`, or `events inbox gaps accept`",
                 )
             } else {
                 (
@@ -47,11 +57,6 @@ impl Outbox {
                     "re-fetch it with `events inbox gaps refetch`; if the broker lost it, re-publish it from the producer with `events relay republish`; or `events inbox gaps accept`",
                 )
             };
-            let origin = store
-                .received_origin(g.waiting_event_id)
-                .await
-                .ok()
-                .flatten();
             tracing::warn!(
                 gap = g.id,
                 source = origin.as_ref().map(|o| o.source.as_str()).unwrap_or(""),

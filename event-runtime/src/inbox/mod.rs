@@ -134,6 +134,8 @@
 //! ```
 
 mod gaps;
+#[cfg(any(feature = "nats", feature = "rabbitmq"))]
+pub(crate) mod group;
 mod origin;
 mod receive;
 mod replay;
@@ -141,6 +143,8 @@ mod replay;
 pub use crate::store::backend::Gap;
 pub use crate::store::GapAcceptance;
 
+#[cfg(any(feature = "nats", feature = "rabbitmq"))]
+pub use group::GroupConfig;
 pub use origin::Origin;
 
 use crate::store::DeadLetterReason;

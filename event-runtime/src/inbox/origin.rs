@@ -67,9 +67,14 @@ impl Origin {
         self
     }
 
-    /// `nats ORDERS #42 (delivered 2 times; subject orders.order.placed)`, for messages.
+    /// `nats ORDERS #42 (delivered 2 times; subject orders.order.placed)`, for messages; the
+    /// position is left out when it is 0 (a transport that numbers nothing: a RabbitMQ
+    /// queue).
     pub fn describe(&self) -> String {
-        let mut out = format!("{} {} #{}", self.transport, self.source, self.position);
+        let mut out = format!("{} {}", self.transport, self.source);
+        if self.position > 0 {
+            out.push_str(&format!(" #{}", self.position));
+        }
         let times = if self.delivery_count == 1 {
             "time"
         } else {

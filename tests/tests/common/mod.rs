@@ -332,3 +332,34 @@ pub async fn events_tool(argv: Vec<String>) -> (bool, String, String) {
         String::from_utf8(err).unwrap(),
     )
 }
+
+/// Every message in `queue`, taken (acknowledged) through a consumer until none arrives for
+/// half a second: a quorum queue with a single active consumer refuses `basic.get`.
+#[allow(dead_code)]
+pub async fn amqp_take(channel: &lapin::Channel, queue: &str) -> Vec<lapin::message::Delivery> {
+    use futures_util::StreamExt;
+    let tag = format!("take-{}", uuid::Uuid::now_v7().simple());
+    let mut consumer = channel
+        .basic_consume(
+            queue.into(),
+            tag.as_str().into(),
+            lapin::options::BasicConsumeOptions {
+                no_ack: true,
+                ..Default::default()
+            },
+            lapin::types::FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    while let Ok(Some(Ok(d))) =
+        tokio::time::timeout(std::time::Duration::from_millis(500), consumer.next()).await
+    {
+        out.push(d);
+    }
+    channel
+        .basic_cancel(tag.as_str().into(), Default::default())
+        .await
+        .unwrap();
+    out
+}

@@ -6,87 +6,19 @@
 //! order, its de-duplication makes each event's effects once, whoever commits it): it bounds
 //! what a dead instance delays to its share, and lets consumption grow with instances.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_nats::jetstream;
-use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+
+use crate::inbox::group::Consume;
+pub use crate::inbox::GroupConfig;
 
 use super::inbox::preflight;
 use super::{InboxConfig, InboxReport, NatsError, NatsInbox, StreamShape};
 use crate::{GroupView, Outbox};
-
-/// How a group's instance takes part: [`GroupConfig::new`], changed with one setter per field.
-///
-/// `#[non_exhaustive]`: build it from [`new`](Self::new) and the setters.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct GroupConfig {
-    /// The group's name (default: the inbox's durable name): every instance of one consuming
-    /// service uses the same, and one database.
-    pub group: Option<String>,
-    /// This instance's name in the group (default: `<host>-<process id>-<random>`, new at
-    /// every start). Two running instances must never share one.
-    pub member: String,
-    /// How long an instance's lease, and its hold on a partition, lasts unless renewed
-    /// (default 10 s); renewed every quarter of it. An instance killed without a word lets
-    /// its partitions go after this (and its unacknowledged messages come back after the
-    /// inbox's ack wait); one that cannot reach its database stops consuming after this.
-    pub lease: Duration,
-}
-
-impl Default for GroupConfig {
-    fn default() -> Self {
-        GroupConfig::new()
-    }
-}
-
-impl GroupConfig {
-    /// The defaults above.
-    pub fn new() -> Self {
-        let host = std::env::var("HOSTNAME")
-            .ok()
-            .filter(|h| !h.is_empty())
-            .or_else(|| {
-                std::fs::read_to_string("/etc/hostname")
-                    .ok()
-                    .map(|h| h.trim().to_owned())
-            })
-            .filter(|h| !h.is_empty())
-            .unwrap_or_else(|| "host".into());
-        let random = uuid::Uuid::now_v7().simple().to_string();
-        GroupConfig {
-            group: None,
-            member: format!(
-                "{host}-{}-{}",
-                std::process::id(),
-                &random[random.len() - 6..]
-            ),
-            lease: Duration::from_secs(10),
-        }
-    }
-
-    /// With [`group`](Self::group) set.
-    pub fn group(mut self, group: impl Into<String>) -> Self {
-        self.group = Some(group.into());
-        self
-    }
-
-    /// With [`member`](Self::member) set.
-    pub fn member(mut self, member: impl Into<String>) -> Self {
-        self.member = member.into();
-        self
-    }
-
-    /// With [`lease`](Self::lease) set.
-    pub fn lease(mut self, lease: Duration) -> Self {
-        self.lease = lease;
-        self
-    }
-}
 
 /// The durable consumer of partition `partition` of an inbox named `durable`:
 /// `<durable>-<partition>` (its dead letters' handler: `nats-inbox:<durable>-<partition>`).
@@ -106,15 +38,6 @@ pub struct NatsGroup {
     lease: Duration,
     /// Set once the consumer from before the partitions was deleted: nothing more to drain.
     unpartitioned_gone: Arc<AtomicBool>,
-}
-
-/// The key of the unpartitioned consumer among the running partitions.
-const UNPARTITIONED: u32 = u32::MAX;
-
-/// A partition this instance consumes: the task and how to stop it.
-struct Running {
-    stop: CancellationToken,
-    stopping: bool,
 }
 
 impl NatsGroup {
@@ -230,286 +153,87 @@ impl NatsGroup {
         if unpartitioned {
             tracing::info!(group = %self.group, durable = %self.inbox.durable, "inbox group: the consumer from before the stream's partitions exists: the holder of partition 0 consumes it too (delete it once it has nothing pending)");
         }
-        let tick = self.lease / 4;
         let fetched = Arc::new(AtomicU64::new(0));
-        let mut tasks: JoinSet<(u32, Result<InboxReport, NatsError>)> = JoinSet::new();
-        let mut running: BTreeMap<u32, Running> = BTreeMap::new();
-        let mut total = InboxReport::default();
-        let mut fatal: Option<NatsError> = None;
-        let (mut renewed, mut store_failing) = (Instant::now(), None::<Instant>);
-        let (mut seen, mut last_activity) = (0u64, Instant::now());
-        let mut held: Vec<u32> = Vec::new();
-        let held_gauge =
-            metrics::gauge!("events_nats_group_partitions_held", "group" => self.group.clone());
-        let mut next_beat = tokio::time::Instant::now();
-        tracing::info!(group = %self.group, member = %self.member, partitions = self.inbox.partitions, "inbox group: joining");
-        while fatal.is_none() && !cancel.is_cancelled() {
-            tokio::select! {
-                _ = cancel.cancelled() => break,
-                Some(done) = tasks.join_next(), if !tasks.is_empty() => {
-                    self.finished(done, &mut running, &mut total, &mut fatal).await;
-                    continue;
-                }
-                _ = tokio::time::sleep_until(next_beat) => {}
-            }
-            next_beat = tokio::time::Instant::now() + tick;
-            // Bounded: a database that hangs instead of failing must not keep this instance
-            // consuming past its lease.
-            let beat = tokio::time::timeout(
-                tick,
-                self.outbox
-                    .store()
-                    .group_heartbeat(&self.group, &self.member, self.lease),
-            )
-            .await
-            .map_err(|_| format!("the database did not answer within {tick:?}"))
-            .and_then(|r| r.map_err(|e| event_core::ErrorChain(&e).to_string()));
-            match beat {
-                Ok(view) => {
-                    renewed = Instant::now();
-                    if let Some(since) = store_failing.take() {
-                        tracing::warn!(group = %self.group, member = %self.member, "inbox group: its database answers again after {}", crate::outbox::pause::human(since.elapsed()));
-                    }
-                    self.rebalance(&view, &mut running, &mut tasks, &fetched)
-                        .await;
-                    if unpartitioned {
-                        self.unpartitioned(&mut running, &mut tasks, &fetched);
-                    }
-                }
-                Err(e) => {
-                    if store_failing.is_none() {
-                        store_failing = Some(Instant::now());
-                        tracing::warn!(group = %self.group, member = %self.member, error = %e, "inbox group: cannot renew its lease");
-                    }
-                    if renewed.elapsed() >= self.lease {
-                        for (p, r) in running.iter_mut().filter(|(_, r)| !r.stopping) {
-                            tracing::warn!(group = %self.group, member = %self.member, partition = p, "inbox group: lease lapsed (its database is unreachable): stops consuming the partition");
-                            r.stop.cancel();
-                            r.stopping = true;
-                        }
-                    }
-                }
-            }
-            held_gauge.set(
-                running
-                    .iter()
-                    .filter(|(&p, r)| p != UNPARTITIONED && !r.stopping)
-                    .count() as f64,
-            );
-            let now_seen = fetched.load(Ordering::Relaxed);
-            if now_seen != seen {
-                (seen, last_activity) = (now_seen, Instant::now());
-            }
-            // A partition taken or given up restarts the idle time: what it brings has not
-            // been waited for yet.
-            let holding: Vec<u32> = running
-                .iter()
-                .filter(|(_, r)| !r.stopping)
-                .map(|(&p, _)| p)
-                .collect();
-            if holding != held {
-                (held, last_activity) = (holding, Instant::now());
-            }
-            if idle.is_some_and(|idle| last_activity.elapsed() >= idle) {
-                break;
-            }
-        }
-        // Out: every partition stops after its batch, is released, and the member leaves.
-        for r in running.values() {
-            r.stop.cancel();
-        }
-        while let Some(done) = tasks.join_next().await {
-            self.finished(done, &mut running, &mut total, &mut fatal)
-                .await;
-        }
-        held_gauge.set(0.0);
-        if let Err(e) = self
-            .outbox
-            .store()
-            .release_partitions(&self.group, &self.member, None, true)
-            .await
-        {
-            tracing::warn!(group = %self.group, member = %self.member, error = %event_core::ErrorChain(&e), "inbox group: could not leave (its partitions lapse after the lease)");
-        }
-        tracing::info!(group = %self.group, member = %self.member, "inbox group: left");
-        match fatal {
-            Some(e) => Err(e),
-            None => Ok(total),
-        }
-    }
-
-    /// Stops what is no longer this instance's, starts what is.
-    async fn rebalance(
-        &self,
-        view: &GroupView,
-        running: &mut BTreeMap<u32, Running>,
-        tasks: &mut JoinSet<(u32, Result<InboxReport, NatsError>)>,
-        fetched: &Arc<AtomicU64>,
-    ) {
-        let mut live = view.live_members();
-        if !live.contains(&self.member) {
-            live.push(self.member.clone());
-        }
-        let plan = super::assign(&self.group, &live, self.inbox.partitions);
-        let mine: BTreeSet<u32> = plan
-            .get(&self.member)
-            .map(|p| p.iter().copied().collect())
-            .unwrap_or_default();
-        let held: BTreeSet<u32> = view.held_by(&self.member).into_iter().collect();
-        for (p, r) in running.iter_mut().filter(|(_, r)| !r.stopping) {
-            let why = if !held.contains(p) {
-                Some("its hold lapsed")
-            } else if !mine.contains(p) {
-                Some("assigned to another instance")
-            } else {
-                None
+        let group = crate::inbox::group::Group {
+            outbox: &self.outbox,
+            group: &self.group,
+            member: &self.member,
+            lease: self.lease,
+            partitions: self.inbox.partitions,
+            gauge: "events_nats_group_partitions_held",
+        };
+        let start = |p: u32, stop: CancellationToken| -> Consume<NatsError> {
+            let config = InboxConfig {
+                durable: partition_durable(&self.inbox.durable, p),
+                ..self.inbox.clone().partition(p)
             };
-            if let Some(why) = why {
-                tracing::info!(group = %self.group, member = %self.member, partition = p, "inbox group: hands the partition over ({why})");
-                r.stop.cancel();
-                r.stopping = true;
+            let (js, outbox, counter) =
+                (self.js.clone(), self.outbox.clone(), Arc::clone(&fetched));
+            let partition = consume(js, outbox, config, stop.clone(), counter);
+            if p != 0 || !unpartitioned || self.unpartitioned_gone.load(Ordering::Relaxed) {
+                return Box::pin(partition);
             }
-        }
-        let wanted: Vec<u32> = mine
-            .iter()
-            .copied()
-            .filter(|p| !running.contains_key(p))
-            .collect();
-        for p in wanted {
-            match self
-                .outbox
-                .store()
-                .claim_partition(&self.group, p, &self.member, self.lease)
-                .await
-            {
-                Ok(true) => {
-                    tracing::info!(group = %self.group, member = %self.member, partition = p, "inbox group: takes the partition");
-                    let stop = CancellationToken::new();
-                    let config = self.inbox.clone().partition(p);
-                    let config = InboxConfig {
-                        durable: partition_durable(&self.inbox.durable, p),
-                        ..config
-                    };
-                    let (js, outbox, fetched) =
-                        (self.js.clone(), self.outbox.clone(), Arc::clone(fetched));
-                    let token = stop.clone();
-                    tasks.spawn(
-                        async move { (p, consume(js, outbox, config, token, fetched).await) },
-                    );
-                    running.insert(
-                        p,
-                        Running {
-                            stop,
-                            stopping: false,
-                        },
-                    );
-                }
-                // Still another's: taken at a later round, once released or expired.
-                Ok(false) => {}
-                Err(e) => {
-                    tracing::debug!(group = %self.group, partition = p, error = %event_core::ErrorChain(&e), "inbox group: could not claim a partition");
-                }
-            }
-        }
-    }
-
-    /// Consumes the unpartitioned consumer while holding partition 0, stops it otherwise.
-    fn unpartitioned(
-        &self,
-        running: &mut BTreeMap<u32, Running>,
-        tasks: &mut JoinSet<(u32, Result<InboxReport, NatsError>)>,
-        fetched: &Arc<AtomicU64>,
-    ) {
-        let first = running.get(&0).is_some_and(|r| !r.stopping)
-            && !self.unpartitioned_gone.load(Ordering::Relaxed);
-        match running.get_mut(&UNPARTITIONED) {
-            Some(r) if !first && !r.stopping => {
-                r.stop.cancel();
-                r.stopping = true;
-            }
-            None if first => {
-                let mut config = self.inbox.clone();
-                config.unpartitioned = true;
-                let stop = CancellationToken::new();
-                let (js, outbox, fetched, token, gone) = (
-                    self.js.clone(),
-                    self.outbox.clone(),
-                    Arc::clone(fetched),
-                    stop.clone(),
-                    Arc::clone(&self.unpartitioned_gone),
-                );
-                tasks.spawn(async move {
-                    let (stream, durable) = (config.stream.clone(), config.durable.clone());
-                    let result = match consume(js.clone(), outbox, config, token, fetched).await {
-                        // Deleted once drained (the procedure's last step): done, not lost.
-                        Err(NatsError::IdentityChanged { .. })
-                            if super::inbox::observe(&js, &stream, &durable)
-                                .await
-                                .is_ok_and(|o| o.consumer.is_none()) =>
-                        {
-                            tracing::info!(durable = %durable, "inbox group: the consumer from before the partitions was deleted: nothing more to drain");
-                            gone.store(true, Ordering::Relaxed);
-                            Ok(InboxReport::default())
-                        }
-                        other => other,
-                    };
-                    (UNPARTITIONED, result)
-                });
-                running.insert(
-                    UNPARTITIONED,
-                    Running {
-                        stop,
-                        stopping: false,
+            // The holder of partition 0 drains the consumer from before the partitions too,
+            // until it is deleted; either one's verdict stops both.
+            let mut legacy = self.inbox.clone();
+            legacy.unpartitioned = true;
+            let drain = drain_unpartitioned(
+                self.js.clone(),
+                self.outbox.clone(),
+                legacy,
+                stop.clone(),
+                Arc::clone(&fetched),
+                Arc::clone(&self.unpartitioned_gone),
+            );
+            Box::pin(async move {
+                let stop_both = |r: &Result<InboxReport, NatsError>| {
+                    if r.is_err() {
+                        stop.cancel();
+                    }
+                };
+                let (a, b) = tokio::join!(
+                    async {
+                        let r = partition.await;
+                        stop_both(&r);
+                        r
                     },
+                    async {
+                        let r = drain.await;
+                        stop_both(&r);
+                        r
+                    }
                 );
-            }
-            _ => {}
-        }
+                let mut total = a?;
+                total += b?;
+                Ok(total)
+            })
+        };
+        group.run(cancel, idle, Arc::clone(&fetched), start).await
     }
+}
 
-    /// A partition's task ended: counted, released unless it is to be consumed again, a
-    /// verdict kept.
-    async fn finished(
-        &self,
-        done: Result<(u32, Result<InboxReport, NatsError>), tokio::task::JoinError>,
-        running: &mut BTreeMap<u32, Running>,
-        total: &mut InboxReport,
-        fatal: &mut Option<NatsError>,
-    ) {
-        let (p, result) = match done {
-            Ok(d) => d,
-            Err(e) => {
-                // A panic in a partition's task: its partition lapses; the group goes on.
-                tracing::error!(group = %self.group, error = %e, "inbox group: a partition's task failed");
-                return;
-            }
-        };
-        running.remove(&p);
-        let which = if p == UNPARTITIONED {
-            "the unpartitioned consumer".to_owned()
-        } else {
-            format!("partition {p}")
-        };
-        match result {
-            Ok(r) => *total += r,
-            Err(e) => {
-                tracing::error!(group = %self.group, member = %self.member, error = %event_core::ErrorChain(&e), "inbox group: the inbox of {which} stopped");
-                fatal.get_or_insert(e);
-            }
-        }
-        if p == UNPARTITIONED {
-            return;
-        }
-        if let Err(e) = self
-            .outbox
-            .store()
-            .release_partitions(&self.group, &self.member, Some(&[p]), false)
-            .await
+/// Consumes the inbox's consumer from before the partitions until `stop`, or until it is
+/// deleted (the procedure's last step: done, not lost).
+async fn drain_unpartitioned(
+    js: jetstream::Context,
+    outbox: Outbox,
+    config: InboxConfig,
+    stop: CancellationToken,
+    fetched: Arc<AtomicU64>,
+    gone: Arc<AtomicBool>,
+) -> Result<InboxReport, NatsError> {
+    let (stream, durable) = (config.stream.clone(), config.durable.clone());
+    match consume(js.clone(), outbox, config, stop, fetched).await {
+        Err(NatsError::IdentityChanged { .. })
+            if super::inbox::observe(&js, &stream, &durable)
+                .await
+                .is_ok_and(|o| o.consumer.is_none()) =>
         {
-            tracing::debug!(group = %self.group, partition = p, error = %event_core::ErrorChain(&e), "inbox group: could not release a partition (it lapses)");
-        } else {
-            tracing::info!(group = %self.group, member = %self.member, partition = p, "inbox group: released the partition");
+            tracing::info!(durable = %durable, "inbox group: the consumer from before the partitions was deleted: nothing more to drain");
+            gone.store(true, Ordering::Relaxed);
+            Ok(InboxReport::default())
         }
+        other => other,
     }
 }
 

@@ -3,6 +3,8 @@
 //! message only after the core committed it. It must not decode, de-duplicate or order on its
 //! own: the core does.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
@@ -38,6 +40,23 @@ pub struct InboxConfig {
     /// How long one receive waits for a first message (default 1 s): the pace at which
     /// [`AmqpInbox::run`] looks at its cancellation and idle time.
     pub fetch_wait: Duration,
+    /// The queue where the broker parks what it gave up on (default none; set by
+    /// [`BrokerTopology::inbox_config`](super::BrokerTopology::inbox_config)): when set,
+    /// [`AmqpInbox::run`] reports how many messages it holds every minute (the gauge
+    /// `events_rabbitmq_parked_messages{queue}`, and a warning while it holds any).
+    pub parking_queue: Option<String>,
+    /// How long [`AmqpInbox::run`] holds a batch it could not commit (its database
+    /// unreachable), unacknowledged, retrying the commit every second, before it gives the
+    /// messages back (default 5 min). Held messages are neither redelivered nor counted
+    /// toward the queue's delivery limit; each give-back counts once. Keep it under the
+    /// broker's `consumer_timeout` (30 min by default), after which the broker closes the
+    /// channel.
+    pub hold_failed_batch: Duration,
+    /// The queue's delivery limit (default 20, [`BrokerTopology`](super::BrokerTopology)'s).
+    pub delivery_limit: u32,
+    /// The broker's `consumer_timeout` (default 30 min, RabbitMQ's default): the longest a
+    /// delivery stays with a consumer before it is given back.
+    pub consumer_timeout: Duration,
     /// Whether the consuming outbox may register `in_transaction` handlers (default `false`:
     /// [`AmqpInbox::new`] refuses them): they run when a received event is committed, before a
     /// predecessor it waits for has arrived, so they see the broker's order.
@@ -54,8 +73,44 @@ impl InboxConfig {
             batch: 64,
             batch_wait: Duration::from_millis(50),
             fetch_wait: Duration::from_secs(1),
+            parking_queue: None,
+            hold_failed_batch: Duration::from_secs(300),
+            delivery_limit: 20,
+            consumer_timeout: Duration::from_secs(30 * 60),
             allow_in_transaction_handlers: false,
         }
+    }
+
+    /// How long a message can keep coming back: [`delivery_limit`](Self::delivery_limit) ×
+    /// [`consumer_timeout`](Self::consumer_timeout) (10 h by default). The consuming outbox's
+    /// [`retention`](crate::OutboxConfig::retention) must exceed it, or a late redelivery
+    /// would not be recognised as a duplicate: [`AmqpInbox::new`] checks.
+    pub fn redelivery_bound(&self) -> Duration {
+        self.consumer_timeout * self.delivery_limit
+    }
+
+    /// With [`parking_queue`](Self::parking_queue) set.
+    pub fn parking_queue(mut self, queue: impl Into<String>) -> Self {
+        self.parking_queue = Some(queue.into());
+        self
+    }
+
+    /// With [`hold_failed_batch`](Self::hold_failed_batch) set.
+    pub fn hold_failed_batch(mut self, hold: Duration) -> Self {
+        self.hold_failed_batch = hold;
+        self
+    }
+
+    /// With [`delivery_limit`](Self::delivery_limit) set (at least 1).
+    pub fn delivery_limit(mut self, limit: u32) -> Self {
+        self.delivery_limit = limit.max(1);
+        self
+    }
+
+    /// With [`consumer_timeout`](Self::consumer_timeout) set.
+    pub fn consumer_timeout(mut self, timeout: Duration) -> Self {
+        self.consumer_timeout = timeout;
+        self
     }
 
     /// With [`name`](Self::name) set.
@@ -103,6 +158,8 @@ pub struct AmqpInbox {
     url: String,
     shown: String,
     link: tokio::sync::Mutex<Option<Link>>,
+    /// Counts the messages fetched, for a group that watches its queues' activity.
+    fetched: Option<Arc<AtomicU64>>,
 }
 
 /// An open connection, its channel and the consumer on the queue.
@@ -126,7 +183,9 @@ impl AmqpInbox {
     /// outbox has no in-transaction handler (unless allowed), and starts consuming.
     ///
     /// # Errors
-    /// [`AmqpError::Config`] for an in-transaction handler; [`AmqpError::Connect`];
+    /// [`AmqpError::Config`] for an in-transaction handler;
+    /// [`AmqpError::RetentionTooShort`] when the outbox's retention does not exceed
+    /// [`InboxConfig::redelivery_bound`]; [`AmqpError::Connect`];
     /// [`AmqpError::NoQueue`] when the queue does not exist; [`AmqpError::Broker`] when the
     /// broker refuses the consumer.
     ///
@@ -137,11 +196,7 @@ impl AmqpInbox {
         outbox: Outbox,
         config: InboxConfig,
     ) -> Result<AmqpInbox, AmqpError> {
-        if !config.allow_in_transaction_handlers {
-            if let Some(refusal) = crate::inbox::in_transaction_refusal(&outbox) {
-                return Err(AmqpError::Config(refusal));
-            }
-        }
+        preflight(&outbox, &config)?;
         let url = url.into();
         let inbox = AmqpInbox {
             outbox,
@@ -149,10 +204,17 @@ impl AmqpInbox {
             url,
             config,
             link: tokio::sync::Mutex::new(None),
+            fetched: None,
         };
         let link = inbox.open().await?;
         *inbox.link.lock().await = Some(link);
         Ok(inbox)
+    }
+
+    /// Counts the messages it fetches in `counter` (a group's activity).
+    pub(super) fn count_fetched(mut self, counter: Arc<AtomicU64>) -> Self {
+        self.fetched = Some(counter);
+        self
     }
 
     /// Its configuration.
@@ -256,6 +318,12 @@ impl AmqpInbox {
     /// # Cancel safety
     /// Cancel safe: a batch dropped before its acks comes back and is skipped as duplicates.
     pub async fn fetch_and_commit(&self) -> Result<Committed, AmqpError> {
+        let deliveries = self.fetch().await?;
+        Ok(self.commit(deliveries).await)
+    }
+
+    /// Receives one batch (waiting up to [`InboxConfig::fetch_wait`] for its first message).
+    async fn fetch(&self) -> Result<Vec<Delivery>, AmqpError> {
         let mut link = self.link.lock().await;
         if link
             .as_ref()
@@ -265,7 +333,7 @@ impl AmqpInbox {
             *link = Some(self.open().await?);
         }
         let Some(l) = link.as_mut() else {
-            return Ok(Committed::empty());
+            return Ok(Vec::new());
         };
         let mut deliveries: Vec<Delivery> = Vec::new();
         let mut wait = self.config.fetch_wait;
@@ -301,18 +369,84 @@ impl AmqpInbox {
             }
             wait = self.config.batch_wait;
         }
-        drop(link);
+        if let Some(counter) = &self.fetched {
+            counter.fetch_add(deliveries.len() as u64, Ordering::Relaxed);
+        }
+        Ok(deliveries)
+    }
+
+    /// Commits `deliveries` through the inbox core.
+    async fn commit(&self, deliveries: Vec<Delivery>) -> Committed {
         if deliveries.is_empty() {
-            return Ok(Committed::empty());
+            return Committed::empty();
         }
         let batch: Vec<Incoming> = deliveries.iter().map(|d| self.incoming(d)).collect();
         let receipt = self.outbox.receive(&self.config.name, batch).await;
-        Ok(Committed {
+        Committed {
             deliveries,
             verdicts: receipt.verdicts,
             report: receipt.report,
             error: CommitError(receipt.error),
-        })
+        }
+    }
+
+    /// One batch as [`run`](Self::run) takes it: fetched, committed, and — when the commit
+    /// fails — held unacknowledged and committed again every second for up to
+    /// [`InboxConfig::hold_failed_batch`], then settled.
+    async fn receive_holding(&self, cancel: &CancellationToken) -> Result<InboxReport, AmqpError> {
+        let mut committed = self.fetch_and_commit().await?;
+        let held_since = Instant::now();
+        let mut warned = false;
+        while committed.error.0.is_some()
+            && !cancel.is_cancelled()
+            && held_since.elapsed() < self.config.hold_failed_batch
+        {
+            if let (false, Some(e)) = (warned, committed.error.0.as_ref()) {
+                warned = true;
+                tracing::warn!(inbox = %self.config.name, messages = committed.deliveries.len(), error = %event_core::ErrorChain(e), "inbox could not commit a batch: holding its messages unacknowledged (the broker neither redelivers nor counts them) and committing again every second");
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => {}
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+            committed = self.commit(committed.deliveries).await;
+        }
+        if warned && committed.error.0.is_none() {
+            tracing::warn!(inbox = %self.config.name, "inbox committed the held batch after {:.1} s", held_since.elapsed().as_secs_f64());
+        }
+        let error = committed.error.0.take();
+        let report = committed.settle().await;
+        match error {
+            Some(e) => Err(AmqpError::Outbox(e)),
+            None => Ok(report),
+        }
+    }
+
+    /// How many messages the parking queue holds, reported as a gauge and, while any, a
+    /// warning.
+    async fn watch_parking(&self) {
+        let Some(parking) = &self.config.parking_queue else {
+            return;
+        };
+        let count = match super::connect(&self.url).await {
+            Ok(connection) => match super::channel(&connection, &self.shown).await {
+                Ok(channel) => super::queues::message_count(&channel, &self.shown, parking).await,
+                Err(e) => Err(e),
+            },
+            Err(e) => Err(e),
+        };
+        match count {
+            Ok(n) => {
+                metrics::gauge!("events_rabbitmq_parked_messages", "queue" => parking.clone())
+                    .set(f64::from(n));
+                if n > 0 {
+                    tracing::warn!(inbox = %self.config.name, parking_queue = %parking, parked = n, "the broker parked messages it gave up on after the delivery limit: no inbox receives them until they are moved back (the management UI's shovel or rabbitmqadmin)");
+                }
+            }
+            Err(e) => {
+                tracing::debug!(inbox = %self.config.name, error = %event_core::ErrorChain(&e), "could not read the parking queue's depth");
+            }
+        }
     }
 
     /// Whether the queue still exists and the broker answers (what an idle inbox checks
@@ -368,8 +502,11 @@ impl AmqpInbox {
     }
 
     /// Receives batches until `cancel` fires or, with `idle`, until no message has arrived for
-    /// that long. A failed batch is retried after a second (its messages come back); the
-    /// first failure of an outage is logged (warn).
+    /// that long while the broker and the database answer (an outage is never mistaken for
+    /// an empty queue). A batch whose commit fails is held unacknowledged and committed again
+    /// every second (see [`InboxConfig::hold_failed_batch`]); a lost connection is retried
+    /// every second; the first failure of an outage is logged (warn). With
+    /// [`InboxConfig::parking_queue`] set, the parking queue's depth is read every minute.
     ///
     /// # Errors
     /// [`AmqpError::NoQueue`]: the queue was deleted; events published meanwhile went
@@ -385,8 +522,13 @@ impl AmqpInbox {
         let mut total = InboxReport::default();
         let mut last = Instant::now();
         let mut failing: Option<Instant> = None;
+        let mut parking_read: Option<Instant> = None;
         while !cancel.is_cancelled() {
-            match self.receive().await {
+            if parking_read.is_none_or(|at| at.elapsed() >= PARKING_EVERY) {
+                parking_read = Some(Instant::now());
+                self.watch_parking().await;
+            }
+            match self.receive_holding(&cancel).await {
                 Ok(r) => {
                     if r.received > 0 {
                         last = Instant::now();
@@ -411,12 +553,31 @@ impl AmqpInbox {
                     }
                 }
             }
-            if idle.is_some_and(|idle| last.elapsed() >= idle) {
+            // Idle means the queue has nothing, not that the broker or the database is away.
+            if failing.is_none() && idle.is_some_and(|idle| last.elapsed() >= idle) {
                 break;
             }
         }
         Ok(total)
     }
+}
+
+/// How often [`AmqpInbox::run`] reads the parking queue's depth.
+const PARKING_EVERY: Duration = Duration::from_secs(60);
+
+/// The checks of an inbox's configuration against its consuming outbox that need no broker.
+pub(super) fn preflight(outbox: &Outbox, config: &InboxConfig) -> Result<(), AmqpError> {
+    if !config.allow_in_transaction_handlers {
+        if let Some(refusal) = crate::inbox::in_transaction_refusal(outbox) {
+            return Err(AmqpError::Config(refusal));
+        }
+    }
+    let retention = outbox.config().retention;
+    let bound = config.redelivery_bound();
+    if retention <= bound {
+        return Err(AmqpError::RetentionTooShort { retention, bound });
+    }
+    Ok(())
 }
 
 /// Why a batch was not committed, if it was not.

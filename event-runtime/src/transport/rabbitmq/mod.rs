@@ -44,14 +44,49 @@
 //!
 //! Every error and log line names the broker's URL without its password ([`redact_url`]).
 //!
-//! TLS (`amqps://`) needs one of `lapin`'s TLS features, which this crate leaves off: add
-//! `lapin = { version = "4", features = ["rustls"] }` to the application's dependencies.
+//! # Consuming
+//! [`BrokerTopology`] declares (or checks) a consuming service's queues, one per partition;
+//! an [`AmqpInbox`] consumes one queue, and an [`AmqpGroup`] is one instance of a group that
+//! shares every partition queue with the other instances on its database through the inbox
+//! core's leases ([`GroupConfig`](crate::inbox::GroupConfig)). A queue keeps nothing it
+//! delivered, so a gap in an aggregate's chain cannot be re-fetched from it (`events inbox
+//! gaps refetch` says so): re-publish from the producer (`events relay republish`) or accept
+//! the gap.
+//!
+//! ```no_run
+//! use event_runtime::transport::rabbitmq::{AmqpInbox, BrokerTopology};
+//! use event_runtime::{CancellationToken, Outbox, Store};
+//!
+//! # #[allow(dead_code)]
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let url = "amqp://guest:guest@127.0.0.1:5672/%2f";
+//! // The exchange `events`, the queue `billing` bound to `events.order.#`, its parking queue.
+//! let topology = BrokerTopology::new("events", "billing").bindings(["order.#"]);
+//! topology.create(url).await?;
+//! let outbox = Outbox::builder(Store::connect("sqlite://billing.db").await?).build()?;
+//! let _workers = outbox.spawn_workers(2);
+//! let inbox = AmqpInbox::new(url, outbox, topology.inbox_config(0)).await?;
+//! let report = inbox.run(CancellationToken::new(), None).await?;
+//! # let _ = report;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! lapin logs a message the broker returns as unroutable at WARN, body included (target
+//! `lapin`): filter that target (`warn,lapin=error`) where payloads must stay out of logs.
+//!
+//! # TLS
+//! `amqps://` URLs need the feature `rabbitmq-tls` (rustls with the ring provider; the
+//! server's certificate is verified against the platform's roots). Without it an `amqps://`
+//! URL is refused with [`AmqpError::Connect`] saying so: never a connection in the clear.
 
+mod group;
 mod inbox;
 mod queues;
 mod relay;
 mod topology;
 
+pub use group::AmqpGroup;
 pub use inbox::{AmqpInbox, Committed, InboxConfig};
 pub use queues::BrokerTopology;
 pub use relay::{AmqpRelay, RelayConfig};
@@ -75,7 +110,7 @@ pub enum AmqpError {
         source: lapin::Error,
     },
     /// The exchange the relay publishes to does not exist.
-    #[error("RabbitMQ at {url} has no exchange `{exchange}`: declare it (a durable topic exchange) before the relay publishes")]
+    #[error("RabbitMQ at {url} has no exchange `{exchange}`: declare it (`events rabbitmq topology create`) before the relay publishes")]
     NoExchange {
         /// The URL, password masked.
         url: String,
@@ -101,9 +136,22 @@ pub enum AmqpError {
         /// The broker's words (`inequivalent arg 'x-delivery-limit' for queue …`).
         detail: String,
     },
+    /// A late redelivery would not be recognised as a duplicate: the consuming outbox's
+    /// retention (its de-duplication window) does not exceed how long a message can keep
+    /// coming back ([`InboxConfig::redelivery_bound`]).
+    #[error("the outbox's retention ({retention:?}) must exceed the queue's redelivery bound ({bound:?}: delivery limit × consumer timeout), or a late redelivery would not be recognised as a duplicate")]
+    RetentionTooShort {
+        /// The outbox's retention.
+        retention: std::time::Duration,
+        /// [`InboxConfig::redelivery_bound`].
+        bound: std::time::Duration,
+    },
     /// The configuration cannot work (an in-transaction handler behind an inbox).
     #[error("{0}")]
     Config(String),
+    /// The consuming database failed (a group's lease or view).
+    #[error("the consuming database failed")]
+    Store(#[source] Box<crate::StoreError>),
     /// The consuming outbox failed to commit a batch (the batch was given back).
     #[error("the inbox could not commit the batch")]
     Outbox(#[source] crate::OutboxError),
@@ -128,20 +176,36 @@ const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 /// # Errors
 /// [`AmqpError::Connect`], naming `url` without its password.
 async fn connect(url: &str) -> Result<lapin::Connection, AmqpError> {
-    let connect = lapin::Connection::connect(url, lapin::ConnectionProperties::default());
-    let source = match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
-        Ok(Ok(connection)) => return Ok(connection),
-        Ok(Err(source)) => source,
-        Err(_) => std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            format!("no answer within {} s", CONNECT_TIMEOUT.as_secs()),
-        )
-        .into(),
-    };
-    Err(AmqpError::Connect {
+    open(url).await.map_err(|source| AmqpError::Connect {
         url: redact_url(url),
         source,
     })
+}
+
+/// Opens a connection to `url` within [`CONNECT_TIMEOUT`]; refuses `amqps://` unless the
+/// feature `rabbitmq-tls` gives lapin a TLS implementation (without one, lapin would connect
+/// in the clear to a TLS port, or to a plain one, and never say so).
+async fn open(url: &str) -> Result<lapin::Connection, lapin::Error> {
+    if url
+        .get(..8)
+        .is_some_and(|s| s.eq_ignore_ascii_case("amqps://"))
+        && !cfg!(feature = "rabbitmq-tls")
+    {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "amqps:// needs TLS: enable the feature `rabbitmq-tls` of event-runtime",
+        )
+        .into());
+    }
+    let connect = lapin::Connection::connect(url, lapin::ConnectionProperties::default());
+    match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
+        Ok(connection) => connection,
+        Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no answer within {} s", CONNECT_TIMEOUT.as_secs()),
+        )
+        .into()),
+    }
 }
 
 /// A new channel on `connection` (a refused declaration closes the one it was made on).
@@ -198,5 +262,17 @@ mod tests {
         );
         assert_eq!(redact_url("amqp://host:5672"), "amqp://host:5672");
         assert_eq!(redact_url("amqp://user@host"), "amqp://user@host");
+    }
+
+    #[cfg(not(feature = "rabbitmq-tls"))]
+    #[tokio::test]
+    async fn amqps_without_tls_is_refused_before_connecting() {
+        // Nothing listens on port 1: the refusal comes first.
+        let e = connect("AMQPS://guest:secret@127.0.0.1:1/%2f")
+            .await
+            .unwrap_err();
+        let shown = event_core::ErrorChain(&e).to_string();
+        assert!(shown.contains("feature `rabbitmq-tls`"), "{shown}");
+        assert!(!shown.contains("secret"), "{shown}");
     }
 }

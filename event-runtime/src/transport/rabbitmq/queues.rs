@@ -17,8 +17,10 @@ use super::{redact_url, AmqpError};
 /// - the exchange: a durable topic exchange;
 /// - the consumer's queues: one per partition, `<consumer>.<k>` (`<consumer>` itself with one
 ///   partition), each a quorum queue (replicated on a cluster, `x-queue-type: quorum`) with a
-///   delivery limit (`x-delivery-limit`) and a dead-letter exchange `<consumer>.dlx`, bound
-///   to the exchange with each binding pattern inside its partition
+///   delivery limit (`x-delivery-limit`), a dead-letter exchange `<consumer>.dlx` and a
+///   single active consumer (`x-single-active-consumer`: a guard — a second consumer of a
+///   queue waits; instances share the queues through [`AmqpGroup`](super::AmqpGroup)'s
+///   leases), bound to the exchange with each binding pattern inside its partition
 ///   (`events.3.order.#`);
 /// - the parking queue `<consumer>.parking`, a quorum queue bound to `<consumer>.dlx` (a
 ///   fanout exchange): where the broker moves a message delivered more often than the limit
@@ -113,18 +115,63 @@ impl BrokerTopology {
     }
 
     /// The binding keys of `partition`'s queue: each pattern after the prefix and, when
-    /// partitioned, the partition token (`events.3.order.#`).
+    /// partitioned, the partition token after the key's first token, as the relay places it
+    /// ([`RelayConfig::routing_key_of`](super::RelayConfig::routing_key_of)):
+    /// `events.3.order.#`; with the prefix `acme.events`, `acme.3.events.order.#`.
     pub fn binding_keys(&self, partition: u32) -> Vec<String> {
         self.bindings
             .iter()
             .map(|pattern| {
+                let key = format!("{}.{pattern}", self.routing_key_prefix);
                 if self.partitions > 1 {
-                    format!("{}.{partition}.{pattern}", self.routing_key_prefix)
+                    crate::transport::partition::partitioned_subject(&key, partition)
                 } else {
-                    format!("{}.{pattern}", self.routing_key_prefix)
+                    key
                 }
             })
             .collect()
+    }
+
+    /// The inbox of `partition`'s queue: [`InboxConfig::new`](super::InboxConfig::new) of
+    /// [`queue`](Self::queue)`(partition)`, watching this topology's parking queue
+    /// ([`InboxConfig::parking_queue`](super::InboxConfig::parking_queue)).
+    pub fn inbox_config(&self, partition: u32) -> super::InboxConfig {
+        super::InboxConfig::new(self.queue(partition)).parking_queue(self.parking_queue())
+    }
+
+    /// The messages ready in each partition's queue (not counting those delivered and not yet
+    /// acknowledged), in partition order.
+    ///
+    /// # Errors
+    /// [`AmqpError::Connect`]; [`AmqpError::NoQueue`] for a queue that does not exist.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn ready(&self, url: &str) -> Result<Vec<(String, u32)>, AmqpError> {
+        let connection = super::connect(url).await?;
+        let shown = redact_url(url);
+        let mut out = Vec::with_capacity(self.partitions as usize);
+        for queue in self.queues() {
+            // A channel per queue: a missing one closes the channel it was asked on.
+            let channel = fresh(&connection, &shown).await?;
+            let n = message_count(&channel, &shown, &queue).await?;
+            out.push((queue, n));
+        }
+        Ok(out)
+    }
+
+    /// How many messages the parking queue holds: each one the broker gave up on after the
+    /// delivery limit, which no inbox will receive (move them back with the management UI's
+    /// shovel, or `rabbitmqadmin`, once the cause is fixed).
+    ///
+    /// # Errors
+    /// [`AmqpError::Connect`]; [`AmqpError::NoQueue`] when the parking queue does not exist.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn parked(&self, url: &str) -> Result<u32, AmqpError> {
+        let (_connection, channel) = connect(url).await?;
+        message_count(&channel, &redact_url(url), &self.parking_queue()).await
     }
 
     /// [`delivery_limit`](Self::delivery_limit) × `consumer_timeout` (the broker's; 30 min by
@@ -145,6 +192,9 @@ impl BrokerTopology {
             "x-dead-letter-exchange".into(),
             long_string(&self.dead_letter_exchange()),
         );
+        // A guard, not the way instances share partitions (the inbox group's leases are): a
+        // second consumer of a queue waits until the first is gone.
+        arguments.insert("x-single-active-consumer".into(), AMQPValue::Boolean(true));
         arguments
     }
 
@@ -314,6 +364,19 @@ impl BrokerTopology {
     }
 }
 
+/// The messages ready in `queue` (a passive declaration).
+pub(super) async fn message_count(
+    channel: &Channel,
+    shown: &str,
+    queue: &str,
+) -> Result<u32, AmqpError> {
+    channel
+        .queue_declare(queue.into(), durable_queue(true), FieldTable::default())
+        .await
+        .map(|q| q.message_count())
+        .map_err(|e| missing_or_broker(shown, queue, false, e))
+}
+
 fn long_string(s: &str) -> AMQPValue {
     AMQPValue::LongString(LongString::from(s.as_bytes().to_vec()))
 }
@@ -405,6 +468,14 @@ mod tests {
         let t = t.partitions(3).bindings(["order.#"]);
         assert_eq!(t.queues(), ["billing.0", "billing.1", "billing.2"]);
         assert_eq!(t.binding_keys(2), ["events.2.order.#"]);
+        let acme = t.clone().routing_key_prefix("acme.events");
+        assert_eq!(acme.binding_keys(2), ["acme.2.events.order.#"]);
+        let relay = super::super::RelayConfig::new("x")
+            .routing_key_prefix("acme.events")
+            .partitions(3);
+        let key = relay.routing_key_of("order.placed", "order", "A-1");
+        let p = crate::transport::partition_of("order", "A-1", 3);
+        assert_eq!(key, format!("acme.{p}.events.order.placed"));
         assert_eq!(t.parking_queue(), "billing.parking");
         assert_eq!(t.dead_letter_exchange(), "billing.dlx");
         assert_eq!(

@@ -4,6 +4,7 @@
 //! concurrently across aggregates, backoff, pauses, dead letters).
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,10 +13,7 @@ use event_core::{EventDescriptor, HandlerError};
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions};
 use lapin::protocol::{AMQPErrorKind, AMQPSoftError};
 use lapin::types::FieldTable;
-use lapin::{
-    BasicProperties, Channel, Confirmation, Connection, ConnectionProperties, ErrorKind,
-    ExchangeKind,
-};
+use lapin::{BasicProperties, Channel, Confirmation, Connection, ErrorKind, ExchangeKind};
 
 use super::{redact_url, AmqpError, CONNECT_TIMEOUT, CONTENT_TYPE};
 use crate::{Delivery, DeliveryError, Destination, RetryPolicy, Routing};
@@ -191,6 +189,21 @@ pub struct AmqpRelay {
     link: tokio::sync::Mutex<Option<Link>>,
     /// Held while a publish is handed to the channel (see `publish`).
     sending: tokio::sync::Mutex<()>,
+    /// The last message returned as unroutable: what [`Destination::available`] publishes
+    /// again to learn whether the topology takes it now (see `available`).
+    probe: std::sync::Mutex<Option<Probe>>,
+    /// Whether this outage was logged: one warning per outage, not one per publish in flight.
+    warned: std::sync::atomic::AtomicBool,
+}
+
+/// A message the broker returned as unroutable, kept to ask the broker again with.
+#[derive(Clone)]
+struct Probe {
+    event_id: uuid::Uuid,
+    key: String,
+    body: String,
+    /// Published again and confirmed: its own delivery completes without another publish.
+    confirmed: bool,
 }
 
 /// An open connection and its confirm-mode channel.
@@ -214,8 +227,10 @@ impl std::fmt::Debug for AmqpRelay {
 enum Trouble {
     /// The broker cannot be reached, or the connection was lost.
     Unreachable(String),
-    /// The exchange does not exist, or the message was returned as unroutable.
+    /// The exchange does not exist.
     Topology(String),
+    /// The message was returned as unroutable: no queue is bound for its routing key.
+    Unroutable(String),
     /// The channel was closed by the broker for another reason: give the delivery back.
     ChannelClosed(String),
     /// The broker blocks publishers (a memory or disk alarm): wait.
@@ -235,6 +250,8 @@ impl AmqpRelay {
             config,
             link: tokio::sync::Mutex::new(None),
             sending: tokio::sync::Mutex::new(()),
+            probe: std::sync::Mutex::new(None),
+            warned: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -334,18 +351,7 @@ impl AmqpRelay {
         }
         let connection = match link.take() {
             Some(l) if l.connection.status().connected() => l.connection,
-            _ => {
-                let connect = Connection::connect(&self.url, ConnectionProperties::default());
-                match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
-                    Ok(connection) => connection?,
-                    Err(_) => {
-                        return Err(lapin::Error::from(std::io::Error::new(
-                            std::io::ErrorKind::TimedOut,
-                            format!("no answer within {} s", CONNECT_TIMEOUT.as_secs()),
-                        )))
-                    }
-                }
-            }
+            _ => super::open(&self.url).await?,
         };
         let channel = connection.create_channel().await?;
         channel
@@ -376,20 +382,25 @@ impl AmqpRelay {
 
     /// Publishes one delivery and waits for its confirm.
     async fn publish(&self, d: &Delivery<'_>) -> Result<(), Trouble> {
+        let key = self
+            .config
+            .routing_key_of(d.name, d.aggregate_type, d.aggregate_id);
+        self.send(&key, d.wire_envelope().as_bytes(), d.event_id)
+            .await
+    }
+
+    /// Publishes `body` with the routing key `key` and waits for its confirm.
+    async fn send(&self, key: &str, body: &[u8], event_id: uuid::Uuid) -> Result<(), Trouble> {
         let channel = self.channel().await.map_err(|e| {
             Trouble::Unreachable(format!("RabbitMQ at {} unreachable: {e}", self.shown))
         })?;
         if let Some(blocked) = self.blocked().await {
             return Err(blocked);
         }
-        let key = self
-            .config
-            .routing_key_of(d.name, d.aggregate_type, d.aggregate_id);
-        let body = d.wire_envelope();
         let properties = BasicProperties::default()
             .with_content_type(CONTENT_TYPE.into())
             .with_delivery_mode(2)
-            .with_message_id(d.event_id.to_string().into());
+            .with_message_id(event_id.to_string().into());
         let publish = async {
             // One publish at a time reaches the channel: lapin numbers a publish's confirm
             // and queues its frames in two steps, and two publishes racing between them
@@ -402,12 +413,12 @@ impl AmqpRelay {
                 channel
                     .basic_publish(
                         self.config.exchange.as_str().into(),
-                        key.as_str().into(),
+                        key.into(),
                         BasicPublishOptions {
                             mandatory: true,
                             immediate: false,
                         },
-                        body.as_bytes(),
+                        body,
                         properties,
                     )
                     .await?
@@ -426,13 +437,13 @@ impl AmqpRelay {
                     self.config.publish_timeout.as_millis()
                 )));
             }
-            Ok(Err(e)) => return Err(self.classify(&e, &key)),
+            Ok(Err(e)) => return Err(self.classify(&e, key)),
             Ok(Ok(confirmation)) => confirmation,
         };
         match confirmation {
             Confirmation::Ack(None) => Ok(()),
             Confirmation::Ack(Some(returned)) | Confirmation::Nack(Some(returned)) => {
-                Err(Trouble::Topology(format!(
+                Err(Trouble::Unroutable(format!(
                     "RabbitMQ at {} returned the event as unroutable ({} {}): no queue is bound \
                      to exchange `{}` for routing key `{key}`",
                     self.shown, returned.reply_code, returned.reply_text, self.config.exchange
@@ -447,6 +458,20 @@ impl AmqpRelay {
                 "RabbitMQ at {}: the channel is not in confirm mode",
                 self.shown
             ))),
+        }
+    }
+
+    /// Whether the delivery of `event_id` was published again by `available` and confirmed
+    /// (forgetting it: once is enough).
+    fn probed(&self, event_id: uuid::Uuid) -> bool {
+        let mut probe = self.probe.lock().unwrap_or_else(|e| e.into_inner());
+        match probe.as_ref() {
+            Some(p) if p.event_id == event_id => {
+                let confirmed = p.confirmed;
+                *probe = None;
+                confirmed
+            }
+            _ => false,
         }
     }
 
@@ -512,45 +537,81 @@ impl Destination for AmqpRelay {
     }
 
     async fn deliver(&self, d: &Delivery<'_>) -> Result<(), DeliveryError> {
-        match self.publish(d).await {
-            Ok(()) => Ok(()),
-            Err(Trouble::Unreachable(reason)) => {
-                tracing::warn!(relay = %self.config.name, "{reason}: paused");
-                Err(DeliveryError::Unavailable {
-                    reason,
-                    retry_after: RECONNECT_EVERY,
-                })
-            }
-            Err(Trouble::Topology(reason)) => {
-                tracing::warn!(relay = %self.config.name, "{reason}: paused");
-                Err(DeliveryError::Unavailable {
-                    reason,
-                    retry_after: TOPOLOGY_EVERY,
-                })
-            }
-            Err(Trouble::Blocked(reason)) => {
-                tracing::warn!(relay = %self.config.name, "{reason}");
-                Err(DeliveryError::Unavailable {
-                    reason,
-                    retry_after: RECONNECT_EVERY,
-                })
-            }
-            Err(Trouble::ChannelClosed(reason)) => Err(DeliveryError::Unavailable {
-                reason,
-                retry_after: REOPEN_AFTER,
-            }),
-            Err(Trouble::Other(reason)) => {
-                Err(DeliveryError::Failed(HandlerError::transient_msg(reason)))
-            }
+        if self.probed(d.event_id) {
+            // Published again by `available` and confirmed: the broker has it.
+            return Ok(());
         }
+        let trouble = match self.publish(d).await {
+            Ok(()) => {
+                self.warned.store(false, Ordering::Relaxed);
+                return Ok(());
+            }
+            Err(trouble) => trouble,
+        };
+        let (reason, retry_after, warn) = match trouble {
+            Trouble::Unreachable(reason) => (reason, RECONNECT_EVERY, true),
+            Trouble::Topology(reason) => (reason, TOPOLOGY_EVERY, true),
+            Trouble::Unroutable(reason) => {
+                // Kept to ask the broker with: `available` publishes it again.
+                let key = self
+                    .config
+                    .routing_key_of(d.name, d.aggregate_type, d.aggregate_id);
+                *self.probe.lock().unwrap_or_else(|e| e.into_inner()) = Some(Probe {
+                    event_id: d.event_id,
+                    key,
+                    body: d.wire_envelope().into_owned(),
+                    confirmed: false,
+                });
+                (reason, TOPOLOGY_EVERY, true)
+            }
+            Trouble::Blocked(reason) => (reason, RECONNECT_EVERY, true),
+            Trouble::ChannelClosed(reason) => (reason, REOPEN_AFTER, false),
+            Trouble::Other(reason) => {
+                return Err(DeliveryError::Failed(HandlerError::transient_msg(reason)))
+            }
+        };
+        if warn && !self.warned.swap(true, Ordering::Relaxed) {
+            tracing::warn!(relay = %self.config.name, "{reason}: paused");
+        }
+        Err(DeliveryError::Unavailable {
+            reason,
+            retry_after,
+        })
     }
 
+    /// Whether the broker is back and the topology takes what it returned: connected, not
+    /// blocking publishers, the exchange there, and the last message returned as unroutable
+    /// (if any) published again and confirmed — its own delivery then completes without
+    /// another publish. RabbitMQ has no way to ask whether a routing key is bound short of
+    /// publishing to it.
     async fn available(&self) -> bool {
-        match self.channel().await {
-            Ok(channel) => {
-                self.blocked().await.is_none() && self.exchange_exists(&channel).await.is_ok()
+        let Ok(channel) = self.channel().await else {
+            return false;
+        };
+        if self.blocked().await.is_some() || self.exchange_exists(&channel).await.is_err() {
+            return false;
+        }
+        let probe = self.probe.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        match probe {
+            Some(p) if !p.confirmed => {
+                let routed = self
+                    .send(&p.key, p.body.as_bytes(), p.event_id)
+                    .await
+                    .is_ok();
+                if routed {
+                    if let Some(kept) = self
+                        .probe
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .as_mut()
+                        .filter(|k| k.event_id == p.event_id)
+                    {
+                        kept.confirmed = true;
+                    }
+                }
+                routed
             }
-            Err(_) => false,
+            _ => true,
         }
     }
 

@@ -219,6 +219,15 @@ impl Refetch {
                         .or_default();
                     *w = (*w).max(g.waiting_sequence);
                 }
+                Some(o) if o.transport == "rabbitmq" => {
+                    other.insert(
+                        g.id,
+                        format!(
+                            "rabbitmq queue {} (a queue keeps nothing it delivered: nothing can be read again; re-publish from the producer with `events relay republish`, or accept the gap)",
+                            o.source
+                        ),
+                    );
+                }
                 Some(o) => {
                     other.insert(g.id, format!("{} {}", o.transport, o.source));
                 }
