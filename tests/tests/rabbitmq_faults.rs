@@ -90,6 +90,15 @@ const HOPS: u32 = 15;
 /// A durable exchange and a durable queue bound to `events.#`, and an outbox whose relay
 /// publishes there, holding `PARCELS` × `HOPS` committed events.
 async fn setup(test: &str, url: &str) -> (String, String, Outbox, event_runtime::Store) {
+    setup_with(test, url, PARCELS).await
+}
+
+/// [`setup`] with `parcels` parcels.
+async fn setup_with(
+    test: &str,
+    url: &str,
+    parcels: usize,
+) -> (String, String, Outbox, event_runtime::Store) {
     let id = common::unique(test);
     let (exchange, queue) = (format!("x-{id}"), format!("q-{id}"));
     let (_connection, ch) = channel(url).await;
@@ -140,7 +149,7 @@ async fn setup(test: &str, url: &str) -> (String, String, Outbox, event_runtime:
         .unwrap();
     for hop in 1..=HOPS {
         let mut uow = outbox.begin().await.unwrap();
-        for p in 0..PARCELS {
+        for p in 0..parcels {
             uow.add(
                 Envelope::new(Moved {
                     parcel: format!("p{p}"),
@@ -255,6 +264,54 @@ async fn expect_all_in_order(url: &str, exchange: &str, queue: &str, total: usiz
     let _ = ch
         .exchange_delete(exchange.into(), ExchangeDeleteOptions::default())
         .await;
+}
+
+/// Closes every client connection of the broker (`rabbitmqctl close_connection`): this test's
+/// relay's among them, with publishes in flight.
+fn close_all_connections() -> usize {
+    let out = Command::new("rabbitmqctl")
+        .args(["list_connections", "pid", "--quiet", "--no-table-headers"])
+        .output()
+        .unwrap();
+    let pids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with('<'))
+        .map(str::to_owned)
+        .collect();
+    for pid in &pids {
+        let _ = rabbitmqctl(&["close_connection", pid, "test: connection dropped"]);
+    }
+    pids.len()
+}
+
+#[tokio::test]
+async fn connections_dropped_under_64_publishes_in_flight_lose_nothing() {
+    const TEST: &str = "amqp_dropped";
+    const MANY: usize = 64;
+    let Some(url) = broker(TEST) else {
+        return;
+    };
+    let _alone = ALONE.lock().await;
+    // 64 aggregates: one publish of each in flight at once, on one channel.
+    let (exchange, queue, outbox, store) = setup_with(TEST, &url, MANY).await;
+    let total = MANY * HOPS as usize;
+    let workers = outbox.spawn_workers(2);
+    for cut in 1..=3 {
+        let start = Instant::now();
+        while store.stats().await.unwrap().pending as usize > total * (4 - cut) / 4 {
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "nothing published"
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let closed = close_all_connections();
+        assert!(closed > 0, "no connection to close");
+    }
+    all_published_none_dead(&store, workers, "after the connections dropped").await;
+    // A publish the broker never got is never reported as confirmed: every event is there.
+    expect_all_in_order(&url, &exchange, &queue, total).await;
 }
 
 /// Restores the memory high watermark when dropped, whatever happened.
