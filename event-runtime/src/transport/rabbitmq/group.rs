@@ -64,6 +64,9 @@ impl AmqpGroup {
     /// # Errors
     /// [`AmqpError::Config`] for a lease under 1 s, an empty member name or an
     /// in-transaction handler; [`AmqpError::RetentionTooShort`].
+    // The error type of every RabbitMQ operation, lapin's error inside: not worth boxing for
+    // a constructor called once.
+    #[allow(clippy::result_large_err)]
     pub fn new(
         url: impl Into<String>,
         outbox: Outbox,

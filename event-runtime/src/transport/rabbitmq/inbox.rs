@@ -566,6 +566,7 @@ impl AmqpInbox {
 const PARKING_EVERY: Duration = Duration::from_secs(60);
 
 /// The checks of an inbox's configuration against its consuming outbox that need no broker.
+#[allow(clippy::result_large_err)] // As `AmqpGroup::new`: checked once at start.
 pub(super) fn preflight(outbox: &Outbox, config: &InboxConfig) -> Result<(), AmqpError> {
     if !config.allow_in_transaction_handlers {
         if let Some(refusal) = crate::inbox::in_transaction_refusal(outbox) {
