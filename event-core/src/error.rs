@@ -276,12 +276,21 @@ impl fmt::Debug for ErrorChainIter<'_> {
 }
 
 impl fmt::Display for ErrorChain<'_> {
+    /// The messages joined with `: `, outermost first. A cause whose message the error before
+    /// it already ends with (an error that prints its source itself, as many libraries'
+    /// wrappers do: `IO error: refused` over `refused`) is written once.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut previous = String::new();
         for (i, error) in self.into_iter().enumerate() {
+            let message = error.to_string();
             if i > 0 {
+                if previous.ends_with(&message) {
+                    continue;
+                }
                 f.write_str(": ")?;
             }
-            write!(f, "{error}")?;
+            f.write_str(&message)?;
+            previous = message;
         }
         Ok(())
     }
@@ -321,6 +330,22 @@ impl fmt::Display for HandlerError {
 #[cfg(test)]
 mod tests {
     use super::{DecodeError, ErrorChain, HandlerError};
+
+    #[test]
+    fn a_cause_its_wrapper_already_printed_is_written_once() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("IO error: {0}")]
+        struct Wraps(#[source] std::io::Error);
+        #[derive(Debug, thiserror::Error)]
+        #[error("cannot connect")]
+        struct Outer(#[source] Wraps);
+        let e = Outer(Wraps(std::io::Error::other("refused")));
+        assert_eq!(
+            ErrorChain(&e).to_string(),
+            "cannot connect: IO error: refused"
+        );
+        assert_eq!(ErrorChain(&e).messages().len(), 3);
+    }
     use crate::RawEnvelope;
 
     #[derive(Debug, thiserror::Error)]

@@ -95,7 +95,7 @@ struct Args {
     consumer: String,
     /// Instances of billing that consume through this durable consumer at once (the
     /// consumer hands out `instances` × 256 messages unacknowledged at most, so that none
-    /// waits for another's batch).
+    /// waits for another's batch). NATS only: on RabbitMQ instances share `--partitions`.
     #[arg(long, value_name = "N", default_value_t = 1)]
     instances: i64,
     /// The first subject token(s) `orders` publishes under (its `--subject-prefix`): this
@@ -237,6 +237,13 @@ async fn run(args: &Args) -> Result<Summary, Box<dyn std::error::Error>> {
     create_tables(&store).await?;
     let outbox = outbox(store.clone())?;
     let amqp = examples::orders::is_amqp(&args.broker);
+    if amqp && args.instances > 1 {
+        // A queue has one active consumer: a second instance would wait, idle out and report
+        // nothing.
+        return Err(
+            "--instances is for NATS (instances on one durable consumer): on RabbitMQ, instances share the queues of --partitions P".into(),
+        );
+    }
     let workers = outbox.spawn_workers(2);
     let (total, others_running) = if amqp && args.partitions > 1 {
         consume_amqp_group(args, &outbox).await?
@@ -429,7 +436,7 @@ async fn consume_amqp_group(
     if let Some(member) = &args.member {
         config = config.member(member);
     }
-    let inbox = rabbitmq::InboxConfig::new(&args.consumer).batch(256);
+    let inbox = topology.inbox_config(0).batch(256);
     let group = AmqpGroup::new(
         &args.broker,
         outbox.clone(),
@@ -595,7 +602,6 @@ async fn main() -> ExitCode {
     if argv.get(1).is_some_and(|a| a == "events") {
         return events(argv).await;
     }
-    // lapin logs a returned (unroutable) message with its body at WARN: payloads stay out.
     examples::init_logging("warn,lapin=error");
     let args = Args::parse();
     match run(&args).await {

@@ -28,7 +28,6 @@ async fn main() -> ExitCode {
     // Warnings (a broker outage, a paused relay) on standard error; the per-delivery lines
     // of the engine (each dead letter the ERP export refuses by design) are in the report
     // instead: `RUST_LOG=warn` shows them too.
-    // lapin logs a returned (unroutable) message with its body at WARN: payloads stay out.
     examples::init_logging("warn,event_runtime::outbox::engine=off,lapin=error");
     let args = Args::parse_from(argv);
     let report = match orders::run(&args).await {

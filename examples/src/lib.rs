@@ -50,12 +50,19 @@ pub fn serve_metrics(addr: &str) -> Result<(), String> {
 /// `RUST_LOG=event_runtime=debug` more) and by `default` otherwise (`"warn"`). Call it once,
 /// first thing in `main`.
 pub fn init_logging(default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default))
+        // lapin logs a message the broker returns as unroutable with its body: payloads stay
+        // out of the log whatever `RUST_LOG` says (the relay logs the return itself, without
+        // the body).
+        .add_directive(
+            "lapin::returned_messages=off"
+                .parse()
+                .expect("a valid directive"),
+        );
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default)),
-        )
+        .with_env_filter(filter)
         .init();
 }

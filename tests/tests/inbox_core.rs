@@ -268,6 +268,15 @@ async fn a_second_transport_is_an_adapter_around_the_core() {
             "{label}: {:?}",
             big.error_chain
         );
+        // Kept truncated to the limit, saying so: huge bodies do not fill the disk.
+        assert_eq!(big.envelope.len(), 2048, "{label}");
+        assert!(
+            big.error_chain
+                .iter()
+                .any(|c| c.contains("is kept truncated to its first 2048 bytes")),
+            "{label}: {:?}",
+            big.error_chain
+        );
         assert!(
             nul.error_chain[0].contains("was refused when committed into this outbox"),
             "{label}: {:?}",

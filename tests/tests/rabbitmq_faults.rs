@@ -375,3 +375,50 @@ async fn a_memory_alarm_pauses_the_relay_and_says_so_until_it_clears() {
     all_published_none_dead(&store, workers, "after the alarm cleared").await;
     expect_all_in_order(&url, &exchange, &queue, total).await;
 }
+
+#[tokio::test]
+async fn a_new_process_drains_everything_once_a_memory_alarm_has_cleared() {
+    const TEST: &str = "amqp_alarm_then_drain";
+    let Some(url) = broker(TEST) else {
+        return;
+    };
+    let _alone = ALONE.lock().await;
+    let (exchange, queue, outbox, store) = setup(TEST, &url).await;
+    let total = PARCELS * HOPS as usize;
+    {
+        let _restore = Watermark("0.4".into());
+        rabbitmqctl(&["set_vm_memory_high_watermark", "0.0000001"]).unwrap();
+        // The first process: the broker blocks it; drain returns with the relay paused.
+        let _ = outbox.drain(Duration::from_secs(5)).await.unwrap();
+        drop(outbox);
+    }
+    // Past the alarm (cleared when the watermark is restored) and the pause's own expiry.
+    let start = Instant::now();
+    while !Command::new("rabbitmqctl")
+        .args(["eval", "rabbit_alarm:get_alarms()."])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "[]")
+        .unwrap_or(true)
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the alarm never cleared"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    // A new process on the same database: drain publishes every event.
+    let relay = AmqpRelay::new(&url, RelayConfig::new(&exchange));
+    let again = Outbox::builder(store.clone())
+        .dispatcher(Dispatcher::builder_empty().event::<Moved>())
+        .destination(relay)
+        .build()
+        .unwrap();
+    again.drain(Duration::from_secs(60)).await.unwrap();
+    assert_eq!(
+        store.stats().await.unwrap().pending,
+        0,
+        "drain returned with deliveries pending"
+    );
+    expect_all_in_order(&url, &exchange, &queue, total).await;
+}

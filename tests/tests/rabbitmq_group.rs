@@ -193,7 +193,7 @@ async fn a_group_shares_the_partition_queues_through_leases_and_hands_them_over(
             &broker.url,
             outbox.clone(),
             topology.clone(),
-            InboxConfig::new("ignored").batch(16),
+            topology.inbox_config(0).batch(16),
             GroupConfig::new().member(member).lease(LEASE),
         )
         .unwrap()
@@ -448,7 +448,7 @@ async fn an_inbox_whose_retention_is_shorter_than_the_redelivery_bound_is_refuse
         .config(OutboxConfig::default().retention(Duration::from_secs(3600)))
         .build()
         .unwrap();
-    // 20 deliveries × 30 min may pass before the last redelivery: 1 h forgets too early.
+    // 21 deliveries × 30 min may pass before the last redelivery: 1 h forgets too early.
     let e = AmqpInbox::new(
         &broker.url,
         outbox.clone(),
@@ -457,7 +457,7 @@ async fn an_inbox_whose_retention_is_shorter_than_the_redelivery_bound_is_refuse
     .await
     .unwrap_err();
     assert!(
-        matches!(e, AmqpError::RetentionTooShort { bound, .. } if bound == Duration::from_secs(36_000)),
+        matches!(e, AmqpError::RetentionTooShort { bound, .. } if bound == Duration::from_secs(37_800)),
         "{e}"
     );
     // A shorter consumer timeout on the broker: the bound follows it.
@@ -501,4 +501,76 @@ async fn amqps_is_refused_without_tls_never_used_in_the_clear() {
         .await
         .unwrap_err();
     assert!(matches!(e, AmqpError::Connect { .. }), "{e}");
+}
+
+#[tokio::test]
+async fn another_partition_count_than_the_brokers_is_refused_naming_both() {
+    const T: &str = "amqp_partition_count";
+    let Some(broker) = Broker::new(T).await else {
+        return;
+    };
+    let consumer = format!("c-{}", common::unique(T));
+    let four = BrokerTopology::new(&broker.exchange, &consumer).partitions(4);
+    four.create(&broker.url).await.unwrap();
+    four.check(&broker.url).await.unwrap();
+    for other in [1, 2, 8] {
+        let topology = BrokerTopology::new(&broker.exchange, &consumer).partitions(other);
+        for (what, e) in [
+            ("check", topology.check(&broker.url).await.unwrap_err()),
+            ("create", topology.create(&broker.url).await.unwrap_err()),
+        ] {
+            assert!(
+                matches!(
+                    e,
+                    AmqpError::PartitionsMismatch { configured, found: 4, .. } if configured == other
+                ),
+                "{what} with {other}: {e}"
+            );
+            assert!(e.to_string().contains(&consumer), "{e}");
+        }
+    }
+    // Nothing was created by the refused `create`: no queue past the fourth.
+    let eight = BrokerTopology::new(&broker.exchange, &consumer).partitions(8);
+    assert!(broker
+        .channel
+        .queue_declare(
+            eight.queue(4).as_str().into(),
+            QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .is_err());
+    // A group configured for two of the four queues does not start.
+    let (_, store) = common::sqlite(T).await;
+    let outbox = Outbox::builder(store)
+        .dispatcher(Dispatcher::builder_empty().event::<Moved>())
+        .build()
+        .unwrap();
+    let two = BrokerTopology::new(&broker.exchange, &consumer).partitions(2);
+    let group = AmqpGroup::new(
+        &broker.url,
+        outbox,
+        two.clone(),
+        two.inbox_config(0),
+        GroupConfig::new(),
+    )
+    .unwrap();
+    let e = group
+        .run(CancellationToken::new(), Some(Duration::from_secs(1)))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, AmqpError::PartitionsMismatch { found: 4, .. }),
+        "{e}"
+    );
+    // The channel the failed passive declaration closed: a new one to clean up with.
+    let broker = Broker::new(T).await.unwrap();
+    let broker = Broker {
+        exchange: four.exchange.clone(),
+        ..broker
+    };
+    broker.clean(&four).await;
 }

@@ -112,7 +112,7 @@ pub(super) async fn run(command: RabbitmqCommand, io: &mut Io<'_>) -> Result<(),
         topology.delivery_limit,
         topology.parking_queue(),
         topology.dead_letter_exchange(),
-        topology.binding_keys(0).join(", "),
+        topology.binding_keys_shown().join(", "),
     )?;
     if !create {
         let parked = topology
@@ -122,8 +122,10 @@ pub(super) async fn run(command: RabbitmqCommand, io: &mut Io<'_>) -> Result<(),
         if parked > 0 {
             writeln!(
                 io.out,
-                "parking queue {}: {parked} messages the broker gave up on after the delivery limit: no inbox receives them until they are moved back (the management UI's shovel, or rabbitmqadmin)",
-                topology.parking_queue()
+                "parking queue {}: {parked} {} the broker gave up on after the delivery limit: no inbox receives {} until moved back (the management UI's shovel, or rabbitmqadmin)",
+                topology.parking_queue(),
+                if parked == 1 { "message" } else { "messages" },
+                if parked == 1 { "it" } else { "them" },
             )?;
         } else {
             writeln!(io.out, "parking queue {}: empty", topology.parking_queue())?;

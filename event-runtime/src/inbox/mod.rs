@@ -32,7 +32,9 @@
 //!   refuses, an envelope over [`OutboxConfig::max_envelope_bytes`](crate::OutboxConfig):
 //!   `undecodable`, found before the commit). None of these blocks the rest of the batch. A
 //!   dead letter keeps the body as text: bytes that are not UTF-8, and U+0000 (which
-//!   PostgreSQL cannot store in text), are replaced by U+FFFD.
+//!   PostgreSQL cannot store in text), are replaced by U+FFFD; a body over
+//!   `max_envelope_bytes` (which no replay could commit) keeps only that many first bytes, and
+//!   its error chain says how long it was.
 //!
 //! Name each inbox once and keep the name (`<transport>-inbox:<consumer>` by convention, as
 //! `nats-inbox:billing`): it is its dead letters' handler, which no handler of the application

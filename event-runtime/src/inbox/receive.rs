@@ -497,18 +497,31 @@ impl<'a> Receiving<'a> {
             error = %p.chain.join(": "),
             "a received message is dead-lettered"
         );
+        // A body over the envelope limit could never be replayed (the commit refuses it): its
+        // first `limit` bytes are kept, so that a few huge messages cannot fill the disk.
+        let limit = self.outbox.config().max_envelope_bytes;
+        let mut error_chain: Vec<String> = p
+            .chain
+            .iter()
+            .map(|c| crate::outbox::text::storable(c))
+            .collect();
+        let body = if m.body.len() > limit {
+            error_chain.push(format!(
+                "the body ({} bytes) is kept truncated to its first {limit} bytes",
+                m.body.len()
+            ));
+            &m.body[..limit]
+        } else {
+            &m.body[..]
+        };
         InboxDeadLetter {
             inbox: self.inbox.to_owned(),
             event_id,
             name,
             version,
-            body: String::from_utf8_lossy(&m.body).replace('\0', "\u{FFFD}"),
+            body: String::from_utf8_lossy(body).replace('\0', "\u{FFFD}"),
             reason: p.reason.clone(),
-            error_chain: p
-                .chain
-                .iter()
-                .map(|c| crate::outbox::text::storable(c))
-                .collect(),
+            error_chain,
             origin: m.origin.clone(),
         }
     }

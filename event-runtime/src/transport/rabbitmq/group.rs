@@ -25,7 +25,7 @@ use crate::{GroupView, Outbox};
 ///
 /// ```no_run
 /// use event_runtime::inbox::GroupConfig;
-/// use event_runtime::transport::rabbitmq::{AmqpGroup, BrokerTopology, InboxConfig};
+/// use event_runtime::transport::rabbitmq::{AmqpGroup, BrokerTopology};
 /// use event_runtime::{CancellationToken, Outbox, Store};
 ///
 /// # #[allow(dead_code)]
@@ -36,7 +36,9 @@ use crate::{GroupView, Outbox};
 /// topology.create(url).await?; // or `events rabbitmq topology create billing --partitions 8`
 /// let outbox = Outbox::builder(Store::connect("sqlite://billing.db").await?).build()?;
 /// let _workers = outbox.spawn_workers(2);
-/// let group = AmqpGroup::new(url, outbox, topology, InboxConfig::new("unused"), GroupConfig::new())?;
+/// // Every queue's inbox: batches of 256 (the queue and name are each partition's own).
+/// let settings = topology.inbox_config(0).batch(256);
+/// let group = AmqpGroup::new(url, outbox, topology, settings, GroupConfig::new())?;
 /// let cancel = CancellationToken::new(); // cancel it on SIGTERM: the queues are handed over
 /// let report = group.run(cancel, None).await?;
 /// # let _ = report;
@@ -57,9 +59,11 @@ pub struct AmqpGroup {
 impl AmqpGroup {
     /// An instance of the group consuming `topology`'s partition queues on `url` into
     /// `outbox`. Each partition's inbox takes its settings from `inbox` (batch, waits, held
-    /// batches, consumer timeout, in-transaction handlers) with the queue, name
-    /// (`rabbitmq-inbox:<queue>`), parking queue and delivery limit of `topology`. The group's
-    /// name defaults to `topology.consumer`.
+    /// batches, consumer timeout, in-transaction handlers: build it from
+    /// [`topology.inbox_config(0)`](BrokerTopology::inbox_config)) with the queue, name
+    /// (`rabbitmq-inbox:<queue>`), parking queue and delivery limit of its partition in
+    /// `topology`: `inbox`'s own queue and name are not used. The group's name defaults to
+    /// `topology.consumer`.
     ///
     /// # Errors
     /// [`AmqpError::Config`] for a lease under 1 s, an empty member name or an

@@ -52,7 +52,8 @@ pub struct InboxConfig {
     /// broker's `consumer_timeout` (30 min by default), after which the broker closes the
     /// channel.
     pub hold_failed_batch: Duration,
-    /// The queue's delivery limit (default 20, [`BrokerTopology`](super::BrokerTopology)'s).
+    /// The queue's delivery limit (default 20, [`BrokerTopology`](super::BrokerTopology)'s:
+    /// redeliveries before the broker parks a message).
     pub delivery_limit: u32,
     /// The broker's `consumer_timeout` (default 30 min, RabbitMQ's default): the longest a
     /// delivery stays with a consumer before it is given back.
@@ -81,12 +82,13 @@ impl InboxConfig {
         }
     }
 
-    /// How long a message can keep coming back: [`delivery_limit`](Self::delivery_limit) ×
-    /// [`consumer_timeout`](Self::consumer_timeout) (10 h by default). The consuming outbox's
+    /// How long a message can keep coming back: ([`delivery_limit`](Self::delivery_limit) + 1)
+    /// × [`consumer_timeout`](Self::consumer_timeout) (10.5 h by default: RabbitMQ parks a
+    /// message when its returns exceed the limit, so it is delivered up to limit + 1 times). The consuming outbox's
     /// [`retention`](crate::OutboxConfig::retention) must exceed it, or a late redelivery
     /// would not be recognised as a duplicate: [`AmqpInbox::new`] checks.
     pub fn redelivery_bound(&self) -> Duration {
-        self.consumer_timeout * self.delivery_limit
+        self.consumer_timeout * (self.delivery_limit + 1)
     }
 
     /// With [`parking_queue`](Self::parking_queue) set.

@@ -73,7 +73,9 @@
 //! ```
 //!
 //! lapin logs a message the broker returns as unroutable at WARN, body included (target
-//! `lapin`): filter that target (`warn,lapin=error`) where payloads must stay out of logs.
+//! `lapin::returned_messages`): add the directive `lapin::returned_messages=off` to the
+//! service's filter (after `RUST_LOG`, so that no setting brings it back) where payloads must
+//! stay out of logs. The relay logs the return itself, without the body.
 //!
 //! # TLS
 //! `amqps://` URLs need the feature `rabbitmq-tls` (rustls with the ring provider; the
@@ -125,6 +127,20 @@ pub enum AmqpError {
         /// The queue.
         queue: String,
     },
+    /// The broker holds another number of partition queues for the consumer than the
+    /// topology's: a consumer with fewer would leave the others' messages unread, one with
+    /// more would wait for queues nobody publishes to.
+    #[error("RabbitMQ at {url}: consumer `{consumer}` has {found} partition queue(s) on the broker, not {configured}: use {found} (and the same count on the relay), or drain and delete its queues before creating {configured}")]
+    PartitionsMismatch {
+        /// The URL, password masked.
+        url: String,
+        /// The consuming service.
+        consumer: String,
+        /// The topology's count.
+        configured: u32,
+        /// The count of queues found (`<consumer>` alone counts as 1).
+        found: u32,
+    },
     /// An exchange or queue exists with other settings than the topology's (RabbitMQ refuses
     /// the declaration: 406 PRECONDITION_FAILED, naming the setting).
     #[error("RabbitMQ at {url}: {what} exists with other settings: {detail}")]
@@ -139,7 +155,7 @@ pub enum AmqpError {
     /// A late redelivery would not be recognised as a duplicate: the consuming outbox's
     /// retention (its de-duplication window) does not exceed how long a message can keep
     /// coming back ([`InboxConfig::redelivery_bound`]).
-    #[error("the outbox's retention ({retention:?}) must exceed the queue's redelivery bound ({bound:?}: delivery limit × consumer timeout), or a late redelivery would not be recognised as a duplicate")]
+    #[error("the outbox's retention ({retention:?}) must exceed the queue's redelivery bound ({bound:?}: (delivery limit + 1) × consumer timeout), or a late redelivery would not be recognised as a duplicate")]
     RetentionTooShort {
         /// The outbox's retention.
         retention: std::time::Duration,
@@ -224,22 +240,22 @@ async fn channel(connection: &lapin::Connection, url: &str) -> Result<lapin::Cha
 }
 
 /// `url` with its password masked: `amqp://guest:***@127.0.0.1:5672/%2f`. A URL without a
-/// password is returned as it is.
+/// password is returned as it is. Everything between the user name and the last `@` is
+/// masked, so that a password holding an unescaped `/` or `@` is masked too.
 pub fn redact_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };
-    let (authority, path) = match rest.find('/') {
-        Some(i) => rest.split_at(i),
-        None => (rest, ""),
-    };
-    match authority.rsplit_once('@') {
+    match rest.rsplit_once('@') {
         Some((credentials, host)) => {
             let user = credentials.split(':').next().unwrap_or("");
             if credentials.contains(':') {
-                format!("{scheme}://{user}:***@{host}{path}")
+                format!("{scheme}://{user}:***@{host}")
+            } else if credentials.contains('/') {
+                // No `:` but a `/` before the `@`: not a user name; mask it all.
+                format!("{scheme}://***@{host}")
             } else {
-                format!("{scheme}://{user}@{host}{path}")
+                format!("{scheme}://{user}@{host}")
             }
         }
         None => url.to_owned(),
@@ -262,6 +278,14 @@ mod tests {
         );
         assert_eq!(redact_url("amqp://host:5672"), "amqp://host:5672");
         assert_eq!(redact_url("amqp://user@host"), "amqp://user@host");
+        assert_eq!(
+            redact_url("amqp://guest:Se/cret@127.0.0.1:5672/%2f"),
+            "amqp://guest:***@127.0.0.1:5672/%2f"
+        );
+        assert_eq!(
+            redact_url("amqp://guest:a/b@c@host/v"),
+            "amqp://guest:***@host/v"
+        );
     }
 
     #[cfg(not(feature = "rabbitmq-tls"))]

@@ -28,10 +28,12 @@ use super::{redact_url, AmqpError};
 ///   included), so only a message whose batch never commits ends there.
 ///
 /// # Redelivery bound
-/// A message comes back at most [`delivery_limit`](Self::delivery_limit) times, each after at
+/// A message comes back at most [`delivery_limit`](Self::delivery_limit) times (it is
+/// delivered up to limit + 1 times: the quorum queue parks it when its count of returns
+/// exceeds the limit), each after at
 /// most the broker's consumer timeout (RabbitMQ's `consumer_timeout`, 30 min by default; a
 /// consumer that holds a delivery longer loses its channel and the message is requeued):
-/// [`redelivery_bound`](Self::redelivery_bound) is their product, which the consuming outbox's
+/// [`redelivery_bound`](Self::redelivery_bound) is (limit + 1) × that timeout, which the consuming outbox's
 /// [`retention`](crate::OutboxConfig::retention) (its de-duplication window) must exceed.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -48,7 +50,8 @@ pub struct BrokerTopology {
     /// event; `["order.#"]`: the `order.*` events). A consumer must take every routing key of
     /// the aggregate types it consumes: each event names its predecessor, whatever its name.
     pub bindings: Vec<String>,
-    /// Deliveries of one message at most before the broker parks it (default 20).
+    /// Redeliveries of one message at most before the broker parks it (default 20; RabbitMQ's
+    /// `x-delivery-limit` counts returns, so a message is delivered up to limit + 1 times).
     pub delivery_limit: u32,
 }
 
@@ -132,6 +135,22 @@ impl BrokerTopology {
             .collect()
     }
 
+    /// The binding keys of every queue as an operator reads them: `events.order.#`, or with
+    /// partitions `events.<k>.order.#` (queue `<consumer>.<k>` takes partition k).
+    pub fn binding_keys_shown(&self) -> Vec<String> {
+        self.bindings
+            .iter()
+            .map(|pattern| {
+                let key = format!("{}.{pattern}", self.routing_key_prefix);
+                if self.partitions > 1 {
+                    crate::transport::partition::partitioned_subject(&key, "<k>")
+                } else {
+                    key
+                }
+            })
+            .collect()
+    }
+
     /// The inbox of `partition`'s queue: [`InboxConfig::new`](super::InboxConfig::new) of
     /// [`queue`](Self::queue)`(partition)`, watching this topology's parking queue
     /// ([`InboxConfig::parking_queue`](super::InboxConfig::parking_queue)).
@@ -174,10 +193,10 @@ impl BrokerTopology {
         message_count(&channel, &redact_url(url), &self.parking_queue()).await
     }
 
-    /// [`delivery_limit`](Self::delivery_limit) × `consumer_timeout` (the broker's; 30 min by
-    /// default): how long a message can keep coming back.
+    /// ([`delivery_limit`](Self::delivery_limit) + 1) × `consumer_timeout` (the broker's; 30
+    /// min by default): how long a message can keep coming back.
     pub fn redelivery_bound(&self, consumer_timeout: Duration) -> Duration {
-        consumer_timeout * self.delivery_limit
+        consumer_timeout * (self.delivery_limit + 1)
     }
 
     /// The arguments of a partition queue.
@@ -208,17 +227,22 @@ impl BrokerTopology {
     /// Declares the exchange, the dead-letter exchange, the parking queue and each partition's
     /// queue with its bindings. Declaring what exists with the same settings changes nothing,
     /// so running it again is safe; what exists with other settings is refused by the broker
-    /// (as [`check`](Self::check) reports it), and nothing is changed.
+    /// (as [`check`](Self::check) reports it), and nothing is changed. A consumer whose
+    /// queues exist with another partition count is refused before anything is declared.
     ///
     /// # Errors
-    /// [`AmqpError::Connect`]; [`AmqpError::Mismatch`] naming the exchange or queue and the
-    /// setting the broker holds otherwise; [`AmqpError::Broker`] for another refusal.
+    /// [`AmqpError::Connect`]; [`AmqpError::PartitionsMismatch`];
+    /// [`AmqpError::Mismatch`] naming the exchange or queue and the setting the broker holds
+    /// otherwise; [`AmqpError::Broker`] for another refusal.
     ///
     /// # Cancel safety
     /// Not atomic: dropped part-way, what was declared stays; run it again.
     pub async fn create(&self, url: &str) -> Result<(), AmqpError> {
-        let (_connection, channel) = connect(url).await?;
+        let (connection, channel) = connect(url).await?;
         let shown = redact_url(url);
+        if let Some(found) = self.partitions_found(&connection, &shown).await? {
+            self.same_partitions(&shown, found)?;
+        }
         let refused = |what: String| {
             let url = shown.clone();
             move |source: lapin::Error| mismatch_or_broker(&url, what, source)
@@ -288,7 +312,8 @@ impl BrokerTopology {
     }
 
     /// Checks what exists against this topology, changing nothing: the exchanges exist (and are
-    /// durable topic and fanout exchanges), and so does each queue, with the arguments above —
+    /// durable topic and fanout exchanges), the consumer has as many partition queues as the
+    /// topology, and each queue exists with the arguments above —
     /// the broker refuses a declaration whose settings differ from the queue's, naming the
     /// setting (`inequivalent arg 'x-delivery-limit'`), and the refusal is reported. Bindings
     /// cannot be read over AMQP 0-9-1 (only through the management plugin): `create` asserts
@@ -296,45 +321,32 @@ impl BrokerTopology {
     ///
     /// # Errors
     /// [`AmqpError::Connect`]; [`AmqpError::NoExchange`] or [`AmqpError::NoQueue`] for what is
-    /// missing; [`AmqpError::Mismatch`] naming the exchange or queue and the setting.
+    /// missing; [`AmqpError::PartitionsMismatch`]; [`AmqpError::Mismatch`] naming the exchange
+    /// or queue and the setting.
     ///
     /// # Cancel safety
     /// Cancel safe: it declares nothing new.
     pub async fn check(&self, url: &str) -> Result<(), AmqpError> {
         let (connection, _) = connect(url).await?;
         let shown = redact_url(url);
-        for (exchange, kind) in [
-            (self.exchange.clone(), ExchangeKind::Topic),
-            (self.dead_letter_exchange(), ExchangeKind::Fanout),
-        ] {
-            let channel = fresh(&connection, &shown).await?;
-            let passive = ExchangeDeclareOptions {
-                passive: true,
-                ..ExchangeDeclareOptions::default()
-            };
-            if let Err(e) = channel
-                .exchange_declare(
-                    exchange.as_str().into(),
-                    kind.clone(),
-                    passive,
-                    FieldTable::default(),
-                )
-                .await
-            {
-                return Err(missing_or_broker(&shown, &exchange, true, e));
+        self.check_exchange(&connection, &shown, &self.exchange, ExchangeKind::Topic)
+            .await?;
+        match self.partitions_found(&connection, &shown).await? {
+            Some(found) => self.same_partitions(&shown, found)?,
+            None => {
+                return Err(AmqpError::NoQueue {
+                    url: shown,
+                    queue: self.queue(0),
+                })
             }
-            // Exists: the same declaration is a no-op, another type or durability refused.
-            let channel = fresh(&connection, &shown).await?;
-            channel
-                .exchange_declare(
-                    exchange.as_str().into(),
-                    kind,
-                    durable_exchange(),
-                    FieldTable::default(),
-                )
-                .await
-                .map_err(|e| mismatch_or_broker(&shown, format!("exchange `{exchange}`"), e))?;
         }
+        self.check_exchange(
+            &connection,
+            &shown,
+            &self.dead_letter_exchange(),
+            ExchangeKind::Fanout,
+        )
+        .await?;
         let mut queues: Vec<(String, FieldTable)> =
             vec![(self.parking_queue(), Self::parking_arguments())];
         queues.extend(
@@ -343,16 +355,8 @@ impl BrokerTopology {
                 .map(|q| (q, self.queue_arguments())),
         );
         for (queue, arguments) in queues {
-            let channel = fresh(&connection, &shown).await?;
-            let passive = QueueDeclareOptions {
-                passive: true,
-                ..QueueDeclareOptions::default()
-            };
-            if let Err(e) = channel
-                .queue_declare(queue.as_str().into(), passive, FieldTable::default())
-                .await
-            {
-                return Err(missing_or_broker(&shown, &queue, false, e));
+            if !exists(&connection, &shown, &queue).await? {
+                return Err(AmqpError::NoQueue { url: shown, queue });
             }
             let channel = fresh(&connection, &shown).await?;
             channel
@@ -361,6 +365,91 @@ impl BrokerTopology {
                 .map_err(|e| mismatch_or_broker(&shown, format!("queue `{queue}`"), e))?;
         }
         Ok(())
+    }
+
+    /// That `exchange` exists, of `kind` and durable.
+    async fn check_exchange(
+        &self,
+        connection: &Connection,
+        shown: &str,
+        exchange: &str,
+        kind: ExchangeKind,
+    ) -> Result<(), AmqpError> {
+        let channel = fresh(connection, shown).await?;
+        let passive = ExchangeDeclareOptions {
+            passive: true,
+            ..ExchangeDeclareOptions::default()
+        };
+        if let Err(e) = channel
+            .exchange_declare(
+                exchange.into(),
+                kind.clone(),
+                passive,
+                FieldTable::default(),
+            )
+            .await
+        {
+            return Err(missing_or_broker(shown, exchange, true, e));
+        }
+        // Exists: the same declaration is a no-op, another type or durability refused.
+        let channel = fresh(connection, shown).await?;
+        channel
+            .exchange_declare(
+                exchange.into(),
+                kind,
+                durable_exchange(),
+                FieldTable::default(),
+            )
+            .await
+            .map_err(|e| mismatch_or_broker(shown, format!("exchange `{exchange}`"), e))
+    }
+
+    /// How many partition queues the consumer has on the broker: `<consumer>.0` …
+    /// `<consumer>.<k-1>` (k), else `<consumer>` alone (1), else none.
+    async fn partitions_found(
+        &self,
+        connection: &Connection,
+        shown: &str,
+    ) -> Result<Option<u32>, AmqpError> {
+        let mut k = 0;
+        while k < crate::transport::MAX_PARTITIONS
+            && exists(connection, shown, &format!("{}.{k}", self.consumer)).await?
+        {
+            k += 1;
+        }
+        if k > 0 {
+            return Ok(Some(k));
+        }
+        Ok(exists(connection, shown, &self.consumer)
+            .await?
+            .then_some(1))
+    }
+
+    /// [`AmqpError::PartitionsMismatch`] unless `found` is this topology's count.
+    fn same_partitions(&self, shown: &str, found: u32) -> Result<(), AmqpError> {
+        if found == self.partitions {
+            return Ok(());
+        }
+        Err(AmqpError::PartitionsMismatch {
+            url: shown.to_owned(),
+            consumer: self.consumer.clone(),
+            configured: self.partitions,
+            found,
+        })
+    }
+}
+
+/// Whether `queue` exists (a passive declaration, on a channel of its own: a missing queue
+/// closes the channel it was asked on).
+async fn exists(connection: &Connection, shown: &str, queue: &str) -> Result<bool, AmqpError> {
+    let channel = fresh(connection, shown).await?;
+    match channel
+        .queue_declare(queue.into(), durable_queue(true), FieldTable::default())
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(e) if super::relay::not_found(&e) => Ok(false),
+        Err(e) => Err(missing_or_broker(shown, queue, false, e)),
     }
 }
 
@@ -480,7 +569,7 @@ mod tests {
         assert_eq!(t.dead_letter_exchange(), "billing.dlx");
         assert_eq!(
             t.redelivery_bound(Duration::from_secs(1800)),
-            Duration::from_secs(36_000)
+            Duration::from_secs(37_800)
         );
     }
 }

@@ -194,6 +194,10 @@ pub struct AmqpRelay {
     probe: std::sync::Mutex<Option<Probe>>,
     /// Whether this outage was logged: one warning per outage, not one per publish in flight.
     warned: std::sync::atomic::AtomicBool,
+    /// Whether the topology is broken (a missing exchange, an unroutable message) until a
+    /// publish or a probe succeeds: a channel the broker closes meanwhile (the 404 of a publish
+    /// in flight) pauses for as long as the broken topology does, not for a reopen.
+    broken_topology: std::sync::atomic::AtomicBool,
 }
 
 /// A message the broker returned as unroutable, kept to ask the broker again with.
@@ -252,6 +256,7 @@ impl AmqpRelay {
             sending: tokio::sync::Mutex::new(()),
             probe: std::sync::Mutex::new(None),
             warned: std::sync::atomic::AtomicBool::new(false),
+            broken_topology: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -544,14 +549,22 @@ impl Destination for AmqpRelay {
         let trouble = match self.publish(d).await {
             Ok(()) => {
                 self.warned.store(false, Ordering::Relaxed);
+                self.broken_topology.store(false, Ordering::Relaxed);
                 return Ok(());
             }
             Err(trouble) => trouble,
         };
         let (reason, retry_after, warn) = match trouble {
             Trouble::Unreachable(reason) => (reason, RECONNECT_EVERY, true),
-            Trouble::Topology(reason) => (reason, TOPOLOGY_EVERY, true),
+            Trouble::Topology(reason) => {
+                self.broken_topology.store(true, Ordering::Relaxed);
+                (reason, TOPOLOGY_EVERY, true)
+            }
+            Trouble::ChannelClosed(reason) if self.broken_topology.load(Ordering::Relaxed) => {
+                (reason, TOPOLOGY_EVERY, false)
+            }
             Trouble::Unroutable(reason) => {
+                self.broken_topology.store(true, Ordering::Relaxed);
                 // Kept to ask the broker with: `available` publishes it again.
                 let key = self
                     .config
@@ -592,7 +605,7 @@ impl Destination for AmqpRelay {
             return false;
         }
         let probe = self.probe.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        match probe {
+        let back = match probe {
             Some(p) if !p.confirmed => {
                 let routed = self
                     .send(&p.key, p.body.as_bytes(), p.event_id)
@@ -612,7 +625,11 @@ impl Destination for AmqpRelay {
                 routed
             }
             _ => true,
+        };
+        if back {
+            self.broken_topology.store(false, Ordering::Relaxed);
         }
+        back
     }
 
     fn retry_policy(&self) -> Option<RetryPolicy> {
