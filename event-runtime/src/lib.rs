@@ -141,6 +141,8 @@
 //! | `events_nats_acked_total`, `events_nats_terminated_total`, `events_nats_naked_total` | counter | | inbox: acknowledged; terminated; nak'ed after a failed commit |
 //! | `events_nats_partition_mismatches_total` | counter | | messages on another partition than their aggregate's |
 //! | `events_nats_group_partitions_held` | gauge | `group` | partitions this instance holds |
+//! | `events_rabbitmq_group_partitions_held` | gauge | `group` | partition queues this instance of an `AmqpGroup` holds |
+//! | `events_rabbitmq_parked_messages` | gauge | `queue` | messages in a RabbitMQ parking queue (given up on after the delivery limit) |
 //!
 //! The gauges of the outbox are set by the workers every [`OutboxConfig::metrics_interval`]
 //! (5 s) from a query of pending deliveries, held events and open gaps only

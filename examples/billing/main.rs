@@ -395,6 +395,22 @@ fn crash_if_due(args: &Args, committed: usize) {
     }
 }
 
+/// This instance's place in the group: `--member`, or a name of its own.
+fn group_config(args: &Args) -> GroupConfig {
+    match &args.member {
+        Some(member) => GroupConfig::new().member(member),
+        None => GroupConfig::new(),
+    }
+}
+
+/// The live members of `view` other than `me`.
+fn others_running(view: &event_runtime::GroupView, me: &str) -> usize {
+    view.live_members()
+        .iter()
+        .filter(|m| m.as_str() != me)
+        .count()
+}
+
 /// A token cancelled on Ctrl-C or SIGTERM: a group's graceful stop, handing its partitions
 /// over at once.
 fn stop_on_signal() -> CancellationToken {
@@ -432,27 +448,17 @@ async fn consume_amqp_group(
     }
     let topology = amqp_topology(args).await?;
     let cancel = stop_on_signal();
-    let mut config = GroupConfig::new();
-    if let Some(member) = &args.member {
-        config = config.member(member);
-    }
     let inbox = topology.inbox_config(0).batch(256);
     let group = AmqpGroup::new(
         &args.broker,
         outbox.clone(),
         topology.clone(),
         inbox,
-        config,
+        group_config(args),
     )?;
     let idle = Duration::from_secs(args.idle_exit);
     let total = group.run(cancel.clone(), Some(idle)).await?;
-    let others = group
-        .view()
-        .await?
-        .live_members()
-        .iter()
-        .filter(|m| m.as_str() != group.member())
-        .count();
+    let others = others_running(&group.view().await?, group.member());
     if others == 0 && !cancel.is_cancelled() {
         // The last to leave: what the queues still hold would be missing from its totals.
         let left: Vec<String> = topology
@@ -558,20 +564,10 @@ async fn consume_group(
         );
     }
     let cancel = stop_on_signal();
-    let mut config = GroupConfig::new();
-    if let Some(member) = &args.member {
-        config = config.member(member);
-    }
-    let group = NatsGroup::new(js, outbox.clone(), inbox_config(args), config)?;
+    let group = NatsGroup::new(js, outbox.clone(), inbox_config(args), group_config(args))?;
     let idle = Duration::from_secs(args.idle_exit);
     let total = group.run(cancel.clone(), Some(idle)).await?;
-    let others = group
-        .view()
-        .await?
-        .live_members()
-        .iter()
-        .filter(|m| m.as_str() != group.member())
-        .count();
+    let others = others_running(&group.view().await?, group.member());
     if others == 0 && !cancel.is_cancelled() {
         // The last to leave: what the partitions still hold would be missing from its totals.
         let stream = js.get_stream(&args.stream).await?;

@@ -162,19 +162,6 @@ async fn commit(outbox: &Outbox, parcels: usize, hops: u32) {
     }
 }
 
-/// Waits until `check` holds, up to `limit`.
-async fn eventually<F, Fut>(limit: Duration, what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let start = Instant::now();
-    while !check().await {
-        assert!(start.elapsed() < limit, "not within {limit:?}: {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// The reason of the pause of `destination`, if it is paused.
 async fn paused(store: &Store, destination: &str) -> Option<String> {
     store
@@ -274,7 +261,7 @@ async fn a_missing_exchange_and_an_unroutable_event_pause_the_relay_until_the_to
     .await;
     // The exchange without a queue bound: the events come back unroutable; still paused.
     broker.declare_exchange().await;
-    eventually(Duration::from_secs(20), "paused as unroutable", || async {
+    common::eventually(Duration::from_secs(20), "paused as unroutable", || async {
         paused(&store, &name)
             .await
             .is_some_and(|r| r.contains("unroutable"))
@@ -282,7 +269,7 @@ async fn a_missing_exchange_and_an_unroutable_event_pause_the_relay_until_the_to
     .await;
     // The queue bound: the relay resumes by itself and every event goes out once.
     broker.declare_queue(FieldTable::default()).await;
-    eventually(Duration::from_secs(20), "all published", || async {
+    common::eventually(Duration::from_secs(20), "all published", || async {
         outbox.store().stats().await.unwrap().pending == 0
     })
     .await;

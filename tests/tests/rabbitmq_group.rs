@@ -151,19 +151,6 @@ fn assert_each_once_in_order(seen: &Seen, parcels: usize, hops: u32) {
     }
 }
 
-/// Waits until `check` holds, up to `limit`.
-async fn eventually<F, Fut>(limit: Duration, what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let start = Instant::now();
-    while !check().await {
-        assert!(start.elapsed() < limit, "not within {limit:?}: {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 const LEASE: Duration = Duration::from_secs(2);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -207,7 +194,7 @@ async fn a_group_shares_the_partition_queues_through_leases_and_hands_them_over(
         let (a, stop) = (Arc::clone(&a), a_stop.clone());
         async move { a.run(stop, None).await }
     });
-    eventually(Duration::from_secs(20), "a holds every queue", || async {
+    common::eventually(Duration::from_secs(20), "a holds every queue", || async {
         a.view().await.unwrap().held_by("a").len() == PARTITIONS as usize
     })
     .await;
@@ -216,7 +203,7 @@ async fn a_group_shares_the_partition_queues_through_leases_and_hands_them_over(
         async move { b.run(stop, None).await }
     });
     // Each consumes only the queues it holds: two each.
-    eventually(Duration::from_secs(20), "the queues shared", || async {
+    common::eventually(Duration::from_secs(20), "the queues shared", || async {
         let view = a.view().await.unwrap();
         view.held_by("a").len() == 2 && view.held_by("b").len() == 2
     })
@@ -239,7 +226,7 @@ async fn a_group_shares_the_partition_queues_through_leases_and_hands_them_over(
     .await;
     commit(&producer, 40, 4..=4).await;
     producer.drain(Duration::from_secs(30)).await.unwrap();
-    eventually(Duration::from_secs(30), "every event received", || async {
+    common::eventually(Duration::from_secs(30), "every event received", || async {
         seen.0.lock().unwrap().values().map(Vec::len).sum::<usize>() == 160
     })
     .await;
@@ -319,7 +306,7 @@ async fn an_unroutable_event_is_published_once_when_its_queue_is_bound() {
     let workers = producer.spawn_workers(1);
     commit(&producer, 1, 1..=1).await;
     let store = producer.store().clone();
-    eventually(Duration::from_secs(10), "the relay paused", || async {
+    common::eventually(Duration::from_secs(10), "the relay paused", || async {
         store
             .paused_destinations()
             .await
@@ -350,7 +337,7 @@ async fn an_unroutable_event_is_published_once_when_its_queue_is_bound() {
         .await
         .unwrap();
     // Asked again every 5 s with the returned message itself: resumed once it routes.
-    eventually(Duration::from_secs(20), "the relay resumed", || async {
+    common::eventually(Duration::from_secs(20), "the relay resumed", || async {
         !store
             .paused_destinations()
             .await

@@ -97,6 +97,38 @@ impl GroupConfig {
 /// for good).
 pub(crate) type Consume<E> = Pin<Box<dyn Future<Output = Result<InboxReport, E>> + Send>>;
 
+/// Opens a partition's inbox with `open`, again every second while it fails with an error
+/// that waiting may cure (`permanent` says which do not: returned), logging the first failure
+/// with `what` (the queue or consumer); `Ok(None)` when `stop` fires first.
+pub(crate) async fn open_retrying<T, E, Fut>(
+    what: &str,
+    stop: &CancellationToken,
+    mut open: impl FnMut() -> Fut,
+    permanent: impl Fn(&E) -> bool,
+) -> Result<Option<T>, E>
+where
+    Fut: Future<Output = Result<T, E>>,
+    E: std::error::Error + 'static,
+{
+    let mut warned = false;
+    loop {
+        match open().await {
+            Ok(inbox) => return Ok(Some(inbox)),
+            Err(e) if permanent(&e) => return Err(e),
+            Err(e) => {
+                if !warned {
+                    tracing::warn!(partition = %what, error = %event_core::ErrorChain(&e), "inbox group: cannot consume the partition yet; retrying every second");
+                    warned = true;
+                }
+                tokio::select! {
+                    _ = stop.cancelled() => return Ok(None),
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                }
+            }
+        }
+    }
+}
+
 /// One instance of a group, as a transport describes it.
 pub(crate) struct Group<'a> {
     /// The consuming outbox, whose store holds the leases.
@@ -110,7 +142,7 @@ pub(crate) struct Group<'a> {
     /// The partitions shared.
     pub partitions: u32,
     /// The gauge of the partitions this instance holds (`events_nats_group_partitions_held`).
-    pub gauge: &'static str,
+    pub gauge: metrics::Gauge,
 }
 
 /// A partition this instance consumes: how to stop it.
@@ -146,7 +178,7 @@ impl Group<'_> {
         let (mut renewed, mut store_failing) = (Instant::now(), None::<Instant>);
         let (mut seen, mut last_activity) = (0u64, Instant::now());
         let mut held: Vec<u32> = Vec::new();
-        let held_gauge = metrics::gauge!(self.gauge, "group" => self.group.to_owned());
+        let held_gauge = &self.gauge;
         let mut next_beat = tokio::time::Instant::now();
         tracing::info!(group = %self.group, member = %self.member, partitions = self.partitions, "inbox group: joining");
         while fatal.is_none() && !cancel.is_cancelled() {

@@ -3,7 +3,7 @@
 //! Prometheus exporter) the units and help texts.
 //!
 //! Names and units follow the Prometheus conventions (`_total` for counters, base units in
-//! the name: `_seconds`); labels name a destination, an inbox group or a failure reason, never
+//! the name: `_seconds`); labels name a destination, an inbox group, a queue or a failure reason, never
 //! a payload value, so that their cardinality is the application's count of destinations.
 
 use metrics::Unit;
@@ -30,7 +30,7 @@ pub struct Metric {
     pub kind: MetricKind,
     /// The unit of its values.
     pub unit: Unit,
-    /// Its label names (none, or `destination`, `group`, `reason`).
+    /// Its label names (none, or `destination`, `group`, `reason`, `queue`).
     pub labels: &'static [&'static str],
     /// What it measures.
     pub help: &'static str,
@@ -135,6 +135,10 @@ pub const METRICS: &[Metric] = &[
         "Messages received on a partition their aggregate does not belong to."),
     metric("events_nats_group_partitions_held", Gauge, Unit::Count, &["group"],
         "Partitions this instance of the group holds."),
+    metric("events_rabbitmq_group_partitions_held", Gauge, Unit::Count, &["group"],
+        "Partition queues this instance of the group holds."),
+    metric("events_rabbitmq_parked_messages", Gauge, Unit::Count, &["queue"],
+        "Messages in the parking queue: given up on by the broker after the delivery limit."),
 ];
 
 /// Gives the installed `metrics` recorder the unit and help text of every metric of

@@ -363,3 +363,17 @@ pub async fn amqp_take(channel: &lapin::Channel, queue: &str) -> Vec<lapin::mess
         .unwrap();
     out
 }
+
+/// Waits until `check` holds (asked every 100 ms), failing the test after `limit` with `what`.
+#[allow(dead_code)]
+pub async fn eventually<F, Fut>(limit: std::time::Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = std::time::Instant::now();
+    while !check().await {
+        assert!(start.elapsed() < limit, "not within {limit:?}: {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}

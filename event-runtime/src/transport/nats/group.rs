@@ -160,7 +160,7 @@ impl NatsGroup {
             member: &self.member,
             lease: self.lease,
             partitions: self.inbox.partitions,
-            gauge: "events_nats_group_partitions_held",
+            gauge: metrics::gauge!("events_nats_group_partitions_held", "group" => self.group.clone()),
         };
         let start = |p: u32, stop: CancellationToken| -> Consume<NatsError> {
             let config = InboxConfig {
@@ -257,22 +257,9 @@ async fn consume(
     stop: CancellationToken,
     fetched: Arc<AtomicU64>,
 ) -> Result<InboxReport, NatsError> {
-    let mut warned = false;
-    let inbox = loop {
-        match NatsInbox::new(&js, outbox.clone(), config.clone()).await {
-            Ok(inbox) => break inbox.count_fetched(fetched),
-            Err(e) if permanent(&e) => return Err(e),
-            Err(e) => {
-                if !warned {
-                    tracing::warn!(durable = %config.durable, error = %event_core::ErrorChain(&e), "inbox group: cannot bind the partition's consumer yet; retrying every second");
-                    warned = true;
-                }
-                tokio::select! {
-                    _ = stop.cancelled() => return Ok(InboxReport::default()),
-                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                }
-            }
-        }
-    };
-    inbox.run(stop, None).await
+    let open = || NatsInbox::new(&js, outbox.clone(), config.clone());
+    match crate::inbox::group::open_retrying(&config.durable, &stop, open, permanent).await? {
+        Some(inbox) => inbox.count_fetched(fetched).run(stop, None).await,
+        None => Ok(InboxReport::default()),
+    }
 }

@@ -168,7 +168,7 @@ impl AmqpGroup {
             member: &self.member,
             lease: self.lease,
             partitions: self.topology.partitions,
-            gauge: "events_rabbitmq_group_partitions_held",
+            gauge: metrics::gauge!("events_rabbitmq_group_partitions_held", "group" => self.group.clone()),
         };
         let start = |p: u32, stop: CancellationToken| -> Consume<AmqpError> {
             Box::pin(consume(
@@ -200,22 +200,9 @@ async fn consume(
     stop: CancellationToken,
     fetched: Arc<AtomicU64>,
 ) -> Result<InboxReport, AmqpError> {
-    let mut warned = false;
-    let inbox = loop {
-        match AmqpInbox::new(&url, outbox.clone(), config.clone()).await {
-            Ok(inbox) => break inbox.count_fetched(fetched),
-            Err(e) if permanent(&e) => return Err(e),
-            Err(e) => {
-                if !warned {
-                    tracing::warn!(queue = %config.queue, error = %event_core::ErrorChain(&e), "inbox group: cannot consume the queue yet; retrying every second");
-                    warned = true;
-                }
-                tokio::select! {
-                    _ = stop.cancelled() => return Ok(InboxReport::default()),
-                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                }
-            }
-        }
-    };
-    inbox.run(stop, None).await
+    let open = || AmqpInbox::new(&url, outbox.clone(), config.clone());
+    match crate::inbox::group::open_retrying(&config.queue, &stop, open, permanent).await? {
+        Some(inbox) => inbox.count_fetched(fetched).run(stop, None).await,
+        None => Ok(InboxReport::default()),
+    }
 }

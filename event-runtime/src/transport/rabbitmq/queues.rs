@@ -20,8 +20,8 @@ use super::{redact_url, AmqpError};
 ///   delivery limit (`x-delivery-limit`), a dead-letter exchange `<consumer>.dlx` and a
 ///   single active consumer (`x-single-active-consumer`: a guard — a second consumer of a
 ///   queue waits; instances share the queues through [`AmqpGroup`](super::AmqpGroup)'s
-///   leases), bound to the exchange with each binding pattern inside its partition
-///   (`events.3.order.#`);
+///   leases; such a queue refuses `basic.get`: read it with a consumer), bound to the
+///   exchange with each binding pattern inside its partition (`events.3.order.#`);
 /// - the parking queue `<consumer>.parking`, a quorum queue bound to `<consumer>.dlx` (a
 ///   fanout exchange): where the broker moves a message delivered more often than the limit
 ///   without an acknowledgement. The inbox acknowledges everything it settled (dead letters
