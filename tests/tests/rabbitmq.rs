@@ -249,7 +249,7 @@ async fn a_missing_exchange_and_an_unroutable_event_pause_the_relay_until_the_to
     commit(&outbox, 3, 1).await;
     let workers = outbox.spawn_workers(1);
     // No exchange: paused, attempts unused, nothing dead.
-    eventually(
+    common::eventually(
         Duration::from_secs(15),
         "paused for the exchange",
         || async {
@@ -304,7 +304,7 @@ async fn an_unreachable_broker_pauses_the_relay_and_names_it_without_the_passwor
     let store = outbox.store().clone();
     commit(&outbox, 2, 1).await;
     let workers = outbox.spawn_workers(1);
-    eventually(
+    common::eventually(
         Duration::from_secs(15),
         "paused while unreachable",
         || async {

@@ -209,7 +209,7 @@ async fn a_group_shares_the_partition_queues_through_leases_and_hands_them_over(
     })
     .await;
     commit(&producer, 40, 3..=3).await;
-    eventually(
+    common::eventually(
         Duration::from_secs(30),
         "the third hop received",
         || async { seen.0.lock().unwrap().values().map(Vec::len).sum::<usize>() == 120 },
@@ -218,7 +218,7 @@ async fn a_group_shares_the_partition_queues_through_leases_and_hands_them_over(
     // b leaves: its queues are handed over at once.
     b_stop.cancel();
     let b_report = b_run.await.unwrap().unwrap();
-    eventually(
+    common::eventually(
         Duration::from_secs(20),
         "a holds every queue again",
         || async { a.view().await.unwrap().held_by("a").len() == PARTITIONS as usize },
@@ -408,7 +408,7 @@ async fn a_batch_its_database_cannot_commit_is_held_not_given_back_until_parked(
         .await
         .unwrap();
     let workers = outbox.spawn_workers(1);
-    eventually(
+    common::eventually(
         Duration::from_secs(20),
         "the held batch committed",
         || async { seen.0.lock().unwrap().len() == 5 },

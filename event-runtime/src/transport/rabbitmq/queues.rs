@@ -241,7 +241,9 @@ impl BrokerTopology {
         let (connection, channel) = connect(url).await?;
         let shown = redact_url(url);
         if let Some(found) = self.partitions_found(&connection, &shown).await? {
-            self.same_partitions(&shown, found)?;
+            if let Some(e) = self.partitions_differ(&shown, found) {
+                return Err(e);
+            }
         }
         let refused = |what: String| {
             let url = shown.clone();
@@ -332,7 +334,11 @@ impl BrokerTopology {
         self.check_exchange(&connection, &shown, &self.exchange, ExchangeKind::Topic)
             .await?;
         match self.partitions_found(&connection, &shown).await? {
-            Some(found) => self.same_partitions(&shown, found)?,
+            Some(found) => {
+                if let Some(e) = self.partitions_differ(&shown, found) {
+                    return Err(e);
+                }
+            }
             None => {
                 return Err(AmqpError::NoQueue {
                     url: shown,
@@ -426,11 +432,8 @@ impl BrokerTopology {
     }
 
     /// [`AmqpError::PartitionsMismatch`] unless `found` is this topology's count.
-    fn same_partitions(&self, shown: &str, found: u32) -> Result<(), AmqpError> {
-        if found == self.partitions {
-            return Ok(());
-        }
-        Err(AmqpError::PartitionsMismatch {
+    fn partitions_differ(&self, shown: &str, found: u32) -> Option<AmqpError> {
+        (found != self.partitions).then(|| AmqpError::PartitionsMismatch {
             url: shown.to_owned(),
             consumer: self.consumer.clone(),
             configured: self.partitions,
