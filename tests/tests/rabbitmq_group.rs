@@ -9,7 +9,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use event_core::{event_handler, DomainEvent, Envelope, HandlerError};
 use event_runtime::inbox::GroupConfig;
