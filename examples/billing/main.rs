@@ -297,6 +297,30 @@ async fn run(args: &Args) -> Result<Summary, Box<dyn std::error::Error>> {
     })
 }
 
+/// Refuses to idle out when the broker has been unreachable since `since` for the idle time:
+/// the summary would be partial.
+fn idle_while_unreachable(
+    args: &Args,
+    since: Instant,
+    e: &(dyn std::error::Error + 'static),
+) -> Result<(), Box<dyn std::error::Error>> {
+    if since.elapsed() < Duration::from_secs(args.idle_exit) {
+        return Ok(());
+    }
+    let broker = if examples::orders::is_amqp(&args.broker) {
+        "RabbitMQ"
+    } else {
+        "NATS"
+    };
+    Err(format!(
+        "{broker} at {} has been unreachable for {} s and billing would idle out: the summary would be partial ({})",
+        redact_broker(&args.broker),
+        since.elapsed().as_secs(),
+        event_core::ErrorChain(e)
+    )
+    .into())
+}
+
 /// `url` with its password masked, whichever the broker.
 fn redact_broker(url: &str) -> String {
     if examples::orders::is_amqp(url) {
@@ -342,15 +366,7 @@ async fn consume_amqp(
                 Err(e @ AmqpError::NoQueue { .. }) => return Err(e.into()),
                 Err(e) => {
                     let since = *unreachable_since.get_or_insert_with(Instant::now);
-                    if since.elapsed() >= idle {
-                        return Err(format!(
-                            "RabbitMQ at {} has been unreachable for {} s and billing would idle out: the summary would be partial ({})",
-                            rabbitmq::redact_url(&args.broker),
-                            since.elapsed().as_secs(),
-                            event_core::ErrorChain(&e)
-                        )
-                        .into());
-                    }
+                    idle_while_unreachable(args, since, &e)?;
                     tokio::time::sleep(Duration::from_secs(1)).await;
                     continue;
                 }
@@ -510,15 +526,7 @@ async fn consume(
                 Err(e) if e.is_fatal() => return Err(e.into()),
                 Err(e) => {
                     let since = *unreachable_since.get_or_insert_with(Instant::now);
-                    if since.elapsed() >= Duration::from_secs(args.idle_exit) {
-                        return Err(format!(
-                            "NATS at {} has been unreachable for {} s and billing would idle out: the summary would be partial ({})",
-                            redact_broker(&args.broker),
-                            since.elapsed().as_secs(),
-                            event_core::ErrorChain(&e)
-                        )
-                        .into());
-                    }
+                    idle_while_unreachable(args, since, &e)?;
                     tokio::time::sleep(Duration::from_secs(1)).await;
                     continue;
                 }

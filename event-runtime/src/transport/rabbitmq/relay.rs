@@ -192,8 +192,6 @@ pub struct AmqpRelay {
     /// The last message returned as unroutable: what [`Destination::available`] publishes
     /// again to learn whether the topology takes it now (see `available`).
     probe: std::sync::Mutex<Option<Probe>>,
-    /// Whether this outage was logged: one warning per outage, not one per publish in flight.
-    warned: std::sync::atomic::AtomicBool,
     /// Whether the topology is broken (a missing exchange, an unroutable message) until a
     /// publish or a probe succeeds: a channel the broker closes meanwhile (the 404 of a publish
     /// in flight) pauses for as long as the broken topology does, not for a reopen.
@@ -255,7 +253,6 @@ impl AmqpRelay {
             link: tokio::sync::Mutex::new(None),
             sending: tokio::sync::Mutex::new(()),
             probe: std::sync::Mutex::new(None),
-            warned: std::sync::atomic::AtomicBool::new(false),
             broken_topology: std::sync::atomic::AtomicBool::new(false),
         })
     }
@@ -548,20 +545,21 @@ impl Destination for AmqpRelay {
         }
         let trouble = match self.publish(d).await {
             Ok(()) => {
-                self.warned.store(false, Ordering::Relaxed);
                 self.broken_topology.store(false, Ordering::Relaxed);
                 return Ok(());
             }
             Err(trouble) => trouble,
         };
-        let (reason, retry_after, warn) = match trouble {
-            Trouble::Unreachable(reason) => (reason, RECONNECT_EVERY, true),
+        // Logged once per outage by the engine (`destination unavailable: paused`, with the
+        // reason), not here once per publish in flight.
+        let (reason, retry_after) = match trouble {
+            Trouble::Unreachable(reason) | Trouble::Blocked(reason) => (reason, RECONNECT_EVERY),
             Trouble::Topology(reason) => {
                 self.broken_topology.store(true, Ordering::Relaxed);
-                (reason, TOPOLOGY_EVERY, true)
+                (reason, TOPOLOGY_EVERY)
             }
             Trouble::ChannelClosed(reason) if self.broken_topology.load(Ordering::Relaxed) => {
-                (reason, TOPOLOGY_EVERY, false)
+                (reason, TOPOLOGY_EVERY)
             }
             Trouble::Unroutable(reason) => {
                 self.broken_topology.store(true, Ordering::Relaxed);
@@ -575,17 +573,13 @@ impl Destination for AmqpRelay {
                     body: d.wire_envelope().into_owned(),
                     confirmed: false,
                 });
-                (reason, TOPOLOGY_EVERY, true)
+                (reason, TOPOLOGY_EVERY)
             }
-            Trouble::Blocked(reason) => (reason, RECONNECT_EVERY, true),
-            Trouble::ChannelClosed(reason) => (reason, REOPEN_AFTER, false),
+            Trouble::ChannelClosed(reason) => (reason, REOPEN_AFTER),
             Trouble::Other(reason) => {
                 return Err(DeliveryError::Failed(HandlerError::transient_msg(reason)))
             }
         };
-        if warn && !self.warned.swap(true, Ordering::Relaxed) {
-            tracing::warn!(relay = %self.config.name, "{reason}: paused");
-        }
         Err(DeliveryError::Unavailable {
             reason,
             retry_after,
