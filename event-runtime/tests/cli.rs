@@ -348,7 +348,7 @@ async fn dead_letter_workflow(db: &Db) {
     assert_eq!(
         pending
             .iter()
-            .map(|(h, id, _)| (h.as_str(), id.as_str()))
+            .map(|p| (p.destination.as_str(), p.event_id.as_str()))
             .collect::<Vec<_>>(),
         vec![("cli_test.ship", first.event_id.to_string().as_str())],
         "exactly the replayed delivery is pending, under its original event id"

@@ -97,7 +97,8 @@ pub(super) async fn check(
 ) -> Result<(), CliError> {
     let pending = store.pending_envelopes().await?;
     let mut bad_pending = 0;
-    for (handler, event_id, envelope) in &pending {
+    for p in &pending {
+        let (handler, event_id, envelope) = (&p.destination, &p.event_id, &p.envelope);
         let registered = registry.handlers().iter().any(|h| h.name == handler);
         // A transport's relay (`nats:<stream>`) publishes the envelope as stored: nothing to
         // decode, and no handler to register.

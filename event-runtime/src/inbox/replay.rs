@@ -5,7 +5,7 @@ use event_core::RawEnvelope;
 
 use super::receive::{link_of, received_key};
 use super::InboxReport;
-use crate::store::backend::LinkKind;
+use crate::store::backend::{AuditStamp, LinkKind};
 use crate::{Outbox, OutboxError};
 
 impl Outbox {
@@ -56,13 +56,18 @@ impl Outbox {
         actor: &str,
         reason: &str,
     ) -> Result<InboxReport, OutboxError> {
-        let now = self.clock().now_ms();
+        let stamp = AuditStamp {
+            actor,
+            reason,
+            at: self.clock().now_ms(),
+        };
         let mut uow = self.begin().await?;
-        let (_audit, taken) = uow
+        let taken = uow
             .tx()
             .backend()
-            .take_inbox_dead_letters(ids, inbox, actor, reason, now)
-            .await?;
+            .take_inbox_dead_letters(ids, inbox, &stamp)
+            .await?
+            .letters;
         let taken_count = taken.len();
         let mut links = Vec::with_capacity(taken_count);
         for d in taken {
@@ -88,7 +93,7 @@ impl Outbox {
             links.push(link_of(&raw, LinkKind::Event));
             uow.add_received(envelope, d.body, key, d.origin.as_ref());
         }
-        uow.tx().backend().link(&links, now).await?;
+        uow.tx().backend().link(&links, stamp.at).await?;
         let replayed = taken_count;
         let r = uow.commit().await?;
         Ok(InboxReport {

@@ -99,8 +99,8 @@ impl Outbox {
             );
             let mut previous = match last.get(&key) {
                 None => 0,
-                Some(&(last, _)) if last < first.sequence => last,
-                Some(&(last, named)) if last == first.sequence => named,
+                Some(chain) if chain.last < first.sequence => chain.last,
+                Some(chain) if chain.last == first.sequence => chain.previous,
                 // The relay published a later event already (a re-publish, a replayed dead
                 // letter after a purge let its successors pass): each names the event of
                 // its aggregate published before it.

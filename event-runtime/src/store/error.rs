@@ -51,6 +51,17 @@ pub enum StoreError {
         /// The timeout.
         after: Duration,
     },
+    /// The store's backend does not offer a capability the operation needs (a backend
+    /// outside this crate that implements only the core
+    /// [`Backend`](super::Backend); see [`Store::inspection`](super::Store::inspection) and
+    /// its siblings).
+    #[error("the {backend} store does not offer {capability}, which this operation needs")]
+    Unsupported {
+        /// The backend's name.
+        backend: &'static str,
+        /// The capability, as its trait is named (`Inspection`, `DeadLetterOperations`, …).
+        capability: &'static str,
+    },
     /// The database refused a statement or the connection failed: the database's message is
     /// the [`DatabaseError`] (its `source()`).
     #[error("database error")]

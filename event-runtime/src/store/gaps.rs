@@ -5,6 +5,7 @@
 use super::backend::Gap;
 use super::types::AuditEntry;
 use super::{now_ms, Store, StoreError};
+use crate::store::backend::AuditStamp;
 
 /// Gaps accepted per transaction by [`Store::accept_gaps`].
 const ACCEPT_PAGE: usize = 200;
@@ -77,14 +78,19 @@ impl Store {
             });
         }
         let selection = serde_json::json!({ "gaps": ids }).to_string();
-        let audit = store
-            .start_audit("gap-accept", actor, reason, Some(&selection), now_ms())
+        let audit = self
+            .logging()?
+            .start_audit(
+                "gap-accept",
+                Some(&selection),
+                &AuditStamp::now(actor, reason),
+            )
             .await?;
         let mut accepted = Vec::new();
         for page in wanted.chunks(ACCEPT_PAGE) {
             accepted.extend(store.accept_gaps(page, audit.id, now_ms()).await?);
         }
-        let audit = Some(store.finish_resolution(audit.id, now_ms()).await?);
+        let audit = Some(self.logging()?.finish_operation(audit.id, now_ms()).await?);
         Ok(GapAcceptance { audit, accepted })
     }
 }

@@ -105,7 +105,7 @@ impl Store {
     ) -> Result<GroupView, StoreError> {
         let now = now_ms();
         let forget = now.saturating_sub(ms(lease).saturating_mul(10));
-        self.backend
+        self.leasing()?
             .group_beat(group, member, now, now.saturating_add(ms(lease)), forget)
             .await
     }
@@ -127,7 +127,7 @@ impl Store {
         lease: Duration,
     ) -> Result<bool, StoreError> {
         let now = now_ms();
-        self.backend
+        self.leasing()?
             .claim_partition(group, partition, member, now, now.saturating_add(ms(lease)))
             .await
     }
@@ -149,7 +149,7 @@ impl Store {
         partitions: Option<&[u32]>,
         leave: bool,
     ) -> Result<u64, StoreError> {
-        self.backend
+        self.leasing()?
             .release_partitions(group, member, partitions, leave)
             .await
     }
@@ -162,6 +162,6 @@ impl Store {
     /// # Cancel safety
     /// Cancel safe: reads only.
     pub async fn group_view(&self, group: &str) -> Result<GroupView, StoreError> {
-        self.backend.group_view(group, now_ms()).await
+        self.leasing()?.group_view(group, now_ms()).await
     }
 }

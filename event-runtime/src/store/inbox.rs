@@ -3,6 +3,7 @@
 //! operator's audited adopt. Talks to no broker: the transport reads the broker's side; the
 //! SQL is the backend's.
 
+use crate::store::backend::AuditStamp;
 use chrono::{DateTime, Utc};
 
 use super::types::AuditEntry;
@@ -111,7 +112,7 @@ impl Store {
             identity.describe()
         );
         self.backend
-            .adopt_inbox_identity(identity, actor, &reason, now_ms())
+            .adopt_inbox_identity(identity, &AuditStamp::now(actor, &reason))
             .await
     }
 

@@ -16,6 +16,7 @@
 #![doc = include_str!("portable_sql.md")]
 
 pub mod backend;
+mod capability;
 mod conflicts;
 mod error;
 mod gaps;
@@ -45,7 +46,7 @@ use chrono::{DateTime, Utc};
 use futures_util::future::BoxFuture;
 
 pub(crate) use backend::InboxDeadLetter;
-pub use backend::{Backend, BackendTransaction, RepublishSelection};
+pub use backend::{AuditStamp, Backend, BackendTransaction, PendingEnvelope, RepublishSelection};
 pub(crate) use conflicts::Place;
 pub use error::{DatabaseError, StoreError};
 pub use gaps::GapAcceptance;
@@ -454,7 +455,7 @@ impl Store {
         &self,
         filter: &DeadLetterFilter,
     ) -> Result<Vec<DeadLetter>, StoreError> {
-        self.backend.dead_letters(filter).await
+        self.inspecting()?.dead_letters(filter).await
     }
 
     /// The dead letter `id`, resolved or not.
@@ -517,8 +518,8 @@ impl Store {
         reason: &str,
         mut progress: impl FnMut(usize) + Send,
     ) -> Result<AuditEntry, StoreError> {
-        self.backend
-            .resolve_dead_letters(ids, action, actor, reason, now_ms(), &mut progress)
+        self.resolving()?
+            .resolve_dead_letters(ids, action, &AuditStamp::now(actor, reason), &mut progress)
             .await
     }
 
@@ -530,19 +531,19 @@ impl Store {
     /// # Cancel safety
     /// Cancel safe: reads only.
     pub async fn audit_log(&self, limit: u32) -> Result<Vec<AuditEntry>, StoreError> {
-        self.backend.audit_log(limit).await
+        self.inspecting()?.audit_log(limit).await
     }
 
     /// Every pending delivery's destination, event id and envelope (for pre-deploy decode
-    /// checks).
+    /// checks), in no particular order.
     ///
     /// # Errors
     /// [`StoreError::Database`].
     ///
     /// # Cancel safety
     /// Cancel safe: reads only.
-    pub async fn pending_envelopes(&self) -> Result<Vec<(String, String, String)>, StoreError> {
-        self.backend.pending_envelopes().await
+    pub async fn pending_envelopes(&self) -> Result<Vec<PendingEnvelope>, StoreError> {
+        self.inspecting()?.pending_envelopes().await
     }
 
     /// Pauses the destination (handler) `destination` as an operator: no worker of any

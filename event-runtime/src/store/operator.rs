@@ -2,8 +2,9 @@
 //! letters, and pauses of a destination recorded with their audit row. Decides no delivery;
 //! the SQL is the backend's.
 
+use super::backend::AuditStamp;
 use super::types::{AuditEntry, DeadLetterCount, DeadLetterFilter};
-use super::{now_ms, Store, StoreError};
+use super::{Store, StoreError};
 
 impl Store {
     /// How many dead letters match `filter`, ignoring its `limit` (so that a shortened list
@@ -15,7 +16,7 @@ impl Store {
     /// # Cancel safety
     /// Cancel safe: reads only.
     pub async fn count_dead_letters(&self, filter: &DeadLetterFilter) -> Result<u64, StoreError> {
-        self.backend.count_dead_letters(filter).await
+        self.inspecting()?.count_dead_letters(filter).await
     }
 
     /// Open and resolved dead letters per (handler, event name), ordered by both: which
@@ -27,7 +28,7 @@ impl Store {
     /// # Cancel safety
     /// Cancel safe: reads only.
     pub async fn dead_letter_counts(&self) -> Result<Vec<DeadLetterCount>, StoreError> {
-        self.backend.dead_letter_counts().await
+        self.inspecting()?.dead_letter_counts().await
     }
 
     /// [`pause_destination`](Self::pause_destination) and, in the same transaction, an audit
@@ -46,8 +47,8 @@ impl Store {
         actor: &str,
         reason: &str,
     ) -> Result<AuditEntry, StoreError> {
-        self.backend
-            .pause_audited(destination, actor, reason, now_ms())
+        self.operating()?
+            .pause_audited(destination, &AuditStamp::now(actor, reason))
             .await
     }
 
@@ -69,8 +70,8 @@ impl Store {
         actor: &str,
         reason: &str,
     ) -> Result<Option<AuditEntry>, StoreError> {
-        self.backend
-            .resume_audited(destination, actor, reason, now_ms())
+        self.operating()?
+            .resume_audited(destination, &AuditStamp::now(actor, reason))
             .await
     }
 }

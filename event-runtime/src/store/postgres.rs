@@ -449,6 +449,7 @@ impl Dialect for PostgresDialect {
         read.unwrap_or(Datum::Unsupported(name))
     }
 
+    #[cfg(feature = "fault-injection")]
     async fn kill(conn: &mut Conn<Self>) {
         let _ = sqlx::query("SELECT pg_terminate_backend(pg_backend_pid())")
             .execute(conn)

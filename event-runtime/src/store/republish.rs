@@ -5,6 +5,7 @@
 use super::backend::RepublishSelection;
 use super::types::AuditEntry;
 use super::{now_ms, Store, StoreError, RESOLVE_PAGE};
+use crate::store::backend::AuditStamp;
 
 /// What [`Store::republish`] did.
 #[derive(Debug, Clone)]
@@ -65,15 +66,15 @@ impl Store {
                 selection.destination
             )));
         }
-        let store = self.backend();
-        let start = store
-            .start_republish(selection, actor, reason, now_ms())
+        let operations = self.operating()?;
+        let start = operations
+            .start_republish(selection, &AuditStamp::now(actor, reason))
             .await?;
         let started = start.audit.at.timestamp_millis();
         let mut after = String::new();
         let mut republished = 0;
         loop {
-            let page = store
+            let page = operations
                 .republish_page(
                     start.audit.id,
                     selection,
@@ -89,7 +90,10 @@ impl Store {
                 None => break,
             }
         }
-        let audit = store.finish_resolution(start.audit.id, now_ms()).await?;
+        let audit = self
+            .logging()?
+            .finish_operation(start.audit.id, now_ms())
+            .await?;
         Ok(RepublishReport {
             audit,
             republished,

@@ -4,6 +4,7 @@
 use super::backend::ResolutionSelection;
 use super::types::{AuditEntry, DeadLetterFilter, Resolution};
 use super::{now_ms, Store, StoreError};
+use crate::store::backend::AuditStamp;
 
 /// Dead letters resolved per transaction by [`Store::resolve_matching`].
 pub const RESOLVE_PAGE: u32 = 500;
@@ -43,11 +44,11 @@ impl Store {
         reason: &str,
         progress: impl FnMut(u64) + Send,
     ) -> Result<AuditEntry, StoreError> {
-        let (entry, selection) = self
-            .backend
-            .start_resolution(filter, action, actor, reason, now_ms())
+        let start = self
+            .resolving()?
+            .start_resolution(filter, action, &AuditStamp::now(actor, reason))
             .await?;
-        self.resolve_pages(entry.id, action, &selection, 0, progress)
+        self.resolve_pages(start.entry.id, action, &start.selection, 0, progress)
             .await
     }
 
@@ -66,13 +67,13 @@ impl Store {
         audit_id: i64,
         progress: impl FnMut(u64) + Send,
     ) -> Result<AuditEntry, StoreError> {
-        let Some((entry, action, selection)) = self.backend.resolution(audit_id).await? else {
+        let Some(op) = self.resolving()?.resolution(audit_id).await? else {
             return Err(StoreError::NoSuchResolution { audit_id });
         };
-        if entry.finished_at.is_some() {
-            return Ok(entry);
+        if op.entry.finished_at.is_some() {
+            return Ok(op.entry);
         }
-        self.resolve_pages(audit_id, action, &selection, entry.count, progress)
+        self.resolve_pages(audit_id, op.action, &op.selection, op.entry.count, progress)
             .await
     }
 
@@ -90,16 +91,16 @@ impl Store {
                 break;
             }
             let page = left.min(u64::from(RESOLVE_PAGE)) as u32;
-            let (selected, resolved) = self
-                .backend
+            let done_now = self
+                .resolving()?
                 .resolve_page(audit_id, action, selection, page, now_ms())
                 .await?;
-            done += resolved;
+            done += done_now.resolved;
             progress(done);
-            if selected < u64::from(page) {
+            if done_now.selected < u64::from(page) {
                 break;
             }
         }
-        self.backend.finish_resolution(audit_id, now_ms()).await
+        self.logging()?.finish_operation(audit_id, now_ms()).await
     }
 }

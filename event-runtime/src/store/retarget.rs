@@ -4,7 +4,7 @@
 //! which destinations are registered (the [`Outbox`](crate::Outbox) and the tool check that);
 //! the SQL is the backend's.
 
-use super::backend::{DestinationOperation, DestinationPage};
+use super::backend::{AuditStamp, DestinationOperation, DestinationPage};
 use super::types::DestinationReport;
 use super::{now_ms, Store, StoreError, RESOLVE_PAGE};
 
@@ -22,7 +22,9 @@ impl Store {
         &self,
         destination: &str,
     ) -> Result<Vec<String>, StoreError> {
-        self.backend.undelivered_event_names(destination).await
+        self.inspecting()?
+            .undelivered_event_names(destination)
+            .await
     }
 
     /// Gives up on everything `destination` left: its pending deliveries are marked `purged`
@@ -118,13 +120,13 @@ impl Store {
         actor: &str,
         reason: &str,
     ) -> Result<DestinationReport, StoreError> {
-        let backend = self.backend();
-        let entry = backend
-            .start_destination_operation(op, actor, reason, now_ms())
+        let operations = self.operating()?;
+        let entry = operations
+            .start_destination_operation(op, &AuditStamp::now(actor, reason))
             .await?;
         let mut total = DestinationPage::default();
         loop {
-            let page = backend
+            let page = operations
                 .destination_page(entry.id, op, RESOLVE_PAGE, now_ms())
                 .await?;
             if page.selected == 0 {
@@ -134,9 +136,7 @@ impl Store {
             total.dead_letters += page.dead_letters;
             total.duplicates += page.duplicates;
         }
-        let audit = backend
-            .finish_destination_operation(entry.id, now_ms())
-            .await?;
+        let audit = self.logging()?.finish_operation(entry.id, now_ms()).await?;
         Ok(DestinationReport {
             audit,
             deliveries: total.deliveries,

@@ -295,6 +295,7 @@ impl Dialect for SqliteDialect {
         read.unwrap_or(Datum::Unsupported(class))
     }
 
+    #[cfg(feature = "fault-injection")]
     async fn kill(_: &mut Conn<Self>) {
         // Dropping the transaction is what a killed process does to an SQLite file.
     }

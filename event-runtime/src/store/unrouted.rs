@@ -26,7 +26,7 @@ impl Store {
         names: &[&str],
         since_ms: i64,
     ) -> Result<Option<u64>, StoreError> {
-        self.backend
+        self.inspecting()?
             .unrouted_events(destination, names, since_ms, UNROUTED_CAP)
             .await
     }

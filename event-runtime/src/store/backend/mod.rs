@@ -34,31 +34,36 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 use super::query::Row;
-use super::types::{
-    AuditEntry, Backlog, CatalogRecord, DeadLetter, DeadLetterCount, DeadLetterFilter,
-    DestinationBacklog, OutboxStats, PausedDestination, Resolution,
-};
+use super::types::{Backlog, CatalogRecord, DestinationBacklog, OutboxStats, PausedDestination};
 use super::value::Datum;
-use super::GroupView;
-use super::InboxIdentity;
 use super::{StoreError, Tx};
-use crate::inbox::Origin;
 
+mod capabilities;
 mod rows;
 
+pub use capabilities::{
+    ChainStore, DeadLetterOperations, DestinationOperations, Inspection, OperationLog,
+    PartitionLeases,
+};
 pub use rows::{
-    ChainLink, ClaimRequest, ClaimedDelivery, DestinationOperation, DestinationPage, Gap,
-    InboxDeadLetter, LinkKind, Linked, NewEvent, Pause, PlaceQuery, ProbeClaim, ProbeRequest,
-    PurgeStep, RelayChainKey, RepublishPage, RepublishSelection, RepublishStart,
-    ResolutionSelection, Route, SettleOutcome, SettleResult, Settlement, TakenDeadLetter,
+    AuditStamp, ChainLink, ClaimRequest, ClaimedDelivery, DestinationOperation, DestinationPage,
+    Gap, InboxDeadLetter, LinkKind, Linked, NewEvent, Pause, PendingEnvelope, PlaceQuery,
+    ProbeClaim, ProbeRequest, PurgeStep, RelayChainKey, RelayChainState, RepublishPage,
+    RepublishSelection, RepublishStart, ResolutionOperation, ResolutionSelection, ResolutionStart,
+    ResolvedPage, Route, SettleOutcome, SettleResult, Settlement, TakenDeadLetter,
+    TakenDeadLetters,
 };
 
-/// A database the outbox can live in.
+/// A database the outbox can live in: the core every backend implements, which the
+/// delivery engine, the unit of work and the inbox call (claim, renew, settle, append through
+/// [`BackendTransaction`], migrate, pauses, repair and progress, retention, backlog gauges)
+/// plus the required [`ChainStore`]; the optional capabilities are reached through the
+/// accessors at the end, which return `None` unless the backend overrides them.
 ///
 /// Implemented by the SQLite and PostgreSQL backends of this crate. See the module docs for
 /// the rules every implementation keeps.
 #[async_trait]
-pub trait Backend: Send + Sync + fmt::Debug + 'static {
+pub trait Backend: ChainStore + Send + Sync + fmt::Debug + 'static {
     /// The backend's name (`sqlite`, `postgres`): logs, errors and [`Store::backend_name`](crate::Store::backend_name).
     fn name(&self) -> &'static str;
 
@@ -106,6 +111,10 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// Closes every connection.
     async fn close(&self);
 
+    /// Whether `error` (anywhere in its chain) is a deadlock or serialization failure of
+    /// this database, which asks for the whole transaction to be retried.
+    fn is_conflict(&self, error: &(dyn std::error::Error + 'static)) -> bool;
+
     /// Extends lease `token` to `expires_at`, never shortening it. Returns false when nothing
     /// changed: no such row (the worker has claimed nothing yet, or its lease lapsed and was
     /// deleted), or a later expiry already.
@@ -141,15 +150,6 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// does not count.
     async fn progressing(&self, destinations: &[String]) -> Result<u64, StoreError>;
 
-    /// Writes or renews a pause.
-    async fn pause(&self, pause: &Pause) -> Result<(), StoreError>;
-
-    /// Lifts the pause of `destination` by `paused_by`. Returns whether there was one.
-    async fn resume(&self, destination: &str, paused_by: &str) -> Result<bool, StoreError>;
-
-    /// Every pause in force at `now`.
-    async fn paused(&self, now: i64) -> Result<Vec<PausedDestination>, StoreError>;
-
     /// Takes the probe of the circuit breaker's pause of `req.destination` (`paused_by`
     /// `breaker`) when its `probe_at` has come, in one transaction: moves `probe_at` to
     /// `req.probe_until` and writes `req.token` as its holder (so that exactly one worker
@@ -164,18 +164,14 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// same transaction); else [`ProbeClaim::Claimed`].
     async fn claim_probe(&self, req: &ProbeRequest<'_>) -> Result<ProbeClaim, StoreError>;
 
-    /// Records `entries` in the catalog table (`event_catalog`), each replacing the row of
-    /// its (name, version), at `now` (ms), in one transaction. Default: nothing (a backend
-    /// without the catalog; the standalone tool then knows no sensitive field).
-    async fn record_catalog(&self, entries: &[CatalogRecord], now: i64) -> Result<(), StoreError> {
-        let _ = (entries, now);
-        Ok(())
-    }
+    /// Writes or renews a pause.
+    async fn pause(&self, pause: &Pause) -> Result<(), StoreError>;
 
-    /// The catalog table, by name then version. Default: empty.
-    async fn catalog(&self) -> Result<Vec<CatalogRecord>, StoreError> {
-        Ok(Vec::new())
-    }
+    /// Lifts the pause of `destination` by `paused_by`. Returns whether there was one.
+    async fn resume(&self, destination: &str, paused_by: &str) -> Result<bool, StoreError>;
+
+    /// Every pause in force at `now`.
+    async fn paused(&self, now: i64) -> Result<Vec<PausedDestination>, StoreError>;
 
     /// One bounded step of the retention purge, in one short transaction: deletes up to
     /// `batch` deliveries completed before `cutoff`, then up to `batch` outbox rows recorded
@@ -226,343 +222,48 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
         })
     }
 
-    /// Dead letters matching `filter`, oldest first.
-    async fn dead_letters(&self, filter: &DeadLetterFilter) -> Result<Vec<DeadLetter>, StoreError>;
-
-    /// Replays or purges the open dead letters `ids` in one transaction with one audit row,
-    /// calling `progress(n)` after each of them.
-    #[allow(clippy::too_many_arguments)]
-    async fn resolve_dead_letters(
-        &self,
-        ids: &[i64],
-        action: Resolution,
-        actor: &str,
-        reason: &str,
-        now: i64,
-        progress: &mut (dyn FnMut(usize) + Send),
-    ) -> Result<AuditEntry, StoreError>;
-
-    /// The audit log, newest first.
-    async fn audit_log(&self, limit: u32) -> Result<Vec<AuditEntry>, StoreError>;
-
-    /// Starts a replay or purge over the open dead letters `filter` selects (its `limit`
-    /// caps the count; `include_resolved` is ignored): writes its audit row, unfinished,
-    /// with the selection, which includes the newest dead letter id now (later ones are never
-    /// touched). Returns the row and the selection.
-    async fn start_resolution(
-        &self,
-        filter: &DeadLetterFilter,
-        action: Resolution,
-        actor: &str,
-        reason: &str,
-        now: i64,
-    ) -> Result<(AuditEntry, ResolutionSelection), StoreError>;
-
-    /// Resolves the next page of at most `page` open dead letters of `selection`, oldest
-    /// first, in one transaction that also adds them to the audit row's count. Returns how
-    /// many it selected (fewer than `page`: nothing is left) and how many it resolved.
-    async fn resolve_page(
-        &self,
-        audit_id: i64,
-        action: Resolution,
-        selection: &ResolutionSelection,
-        page: u32,
-        now: i64,
-    ) -> Result<(u64, u64), StoreError>;
-
-    /// Marks the operation finished at `now`; returns its audit row.
-    async fn finish_resolution(&self, audit_id: i64, now: i64) -> Result<AuditEntry, StoreError>;
-
-    /// The operation over a selection with this audit id (row, action, selection), or `None`.
-    async fn resolution(
-        &self,
-        audit_id: i64,
-    ) -> Result<Option<(AuditEntry, Resolution, ResolutionSelection)>, StoreError>;
-
-    /// How many dead letters match `filter`, ignoring its `limit`. The default lists them and
-    /// counts; a backend with a query language overrides it with a count.
-    async fn count_dead_letters(&self, filter: &DeadLetterFilter) -> Result<u64, StoreError> {
-        let mut filter = filter.clone();
-        filter.limit = None;
-        Ok(self.dead_letters(&filter).await?.len() as u64)
+    /// Records `entries` in the catalog table (`event_catalog`), each replacing the row of
+    /// its (name, version), at `now` (ms), in one transaction. Default: nothing (a backend
+    /// without the catalog; the standalone tool then knows no sensitive field).
+    async fn record_catalog(&self, entries: &[CatalogRecord], now: i64) -> Result<(), StoreError> {
+        let _ = (entries, now);
+        Ok(())
     }
 
-    /// Open and resolved dead letters per (handler, event name), ordered by both. The default
-    /// lists every dead letter and counts; a backend with a query language overrides it.
-    async fn dead_letter_counts(&self) -> Result<Vec<DeadLetterCount>, StoreError> {
-        let filter = DeadLetterFilter {
-            include_resolved: true,
-            ..DeadLetterFilter::default()
-        };
-        let mut counts: Vec<DeadLetterCount> = Vec::new();
-        for d in self.dead_letters(&filter).await? {
-            let i = match counts.binary_search_by(|c| {
-                (&*c.handler, &*c.event_name).cmp(&(&*d.handler, &*d.event_name))
-            }) {
-                Ok(i) => i,
-                Err(i) => {
-                    counts.insert(
-                        i,
-                        DeadLetterCount {
-                            handler: d.handler.clone(),
-                            event_name: d.event_name.clone(),
-                            open: 0,
-                            resolved: 0,
-                        },
-                    );
-                    i
-                }
-            };
-            if d.resolved_at.is_none() {
-                counts[i].open += 1;
-            } else {
-                counts[i].resolved += 1;
-            }
-        }
-        Ok(counts)
+    /// The catalog table, by name then version. Default: empty.
+    async fn catalog(&self) -> Result<Vec<CatalogRecord>, StoreError> {
+        Ok(Vec::new())
     }
 
-    /// Starts purging (`op.to` `None`) or re-targeting (`op.to` the new destination) what
-    /// `op.from` left: refuses with [`StoreError::DestinationInUse`] when a delivery of
-    /// `op.from` is leased under a live lease, and with [`StoreError::SameDestination`] when
-    /// `op.to` is `op.from`; continues the unfinished operation with the same `op` if there is
-    /// one (its audit row); else writes the operation's audit row, unfinished, with `op` as its
-    /// selection. Returns the audit row.
-    async fn start_destination_operation(
-        &self,
-        op: &DestinationOperation,
-        actor: &str,
-        reason: &str,
-        now: i64,
-    ) -> Result<AuditEntry, StoreError>;
+    /// Reading dead letters, the audit log and what is pending ([`Inspection`]), if this
+    /// backend offers it. Default: `None` (the `events` tool then says the store cannot list).
+    fn inspection(&self) -> Option<&dyn Inspection> {
+        None
+    }
 
-    /// One page of the operation, in one transaction that also adds what it did to the audit
-    /// row's count (refused, changing nothing, with [`StoreError::DestinationInUse`] as the
-    /// start is): at most `page` deliveries of `op.from` (pending or dead, in run order)
-    /// with their open dead letters, or, when none is left, at most `page` of its open dead
-    /// letters without a delivery. A purge marks the deliveries `purged` and resolves the
-    /// dead letters as purged (naming the audit row). A re-target drops (as a purge does)
-    /// those of events `op.to` has a delivery of already, moves the others onto `op.to` —
-    /// each at its event's sequence (0 when `!op.ordered`), a pending one with its attempts
-    /// reset and due at `now`, a dead one still dead, its dead letter moved with it — and
-    /// recomputes the ready head of every run of `op.to` it merged into. Returns what the page
-    /// did; `selected` 0 when nothing is left.
-    async fn destination_page(
-        &self,
-        audit_id: i64,
-        op: &DestinationOperation,
-        page: u32,
-        now: i64,
-    ) -> Result<DestinationPage, StoreError>;
+    /// Replaying and purging dead letters ([`DeadLetterOperations`]), if offered. Default:
+    /// `None`.
+    fn dead_letter_operations(&self) -> Option<&dyn DeadLetterOperations> {
+        None
+    }
 
-    /// Marks the operation finished at `now`; returns its audit row.
-    async fn finish_destination_operation(
-        &self,
-        audit_id: i64,
-        now: i64,
-    ) -> Result<AuditEntry, StoreError>;
+    /// Operators' work on a destination: audited pauses, purge, re-target, re-publish
+    /// ([`DestinationOperations`]), if offered. Default: `None`.
+    fn destination_operations(&self) -> Option<&dyn DestinationOperations> {
+        None
+    }
 
-    /// Every pending delivery as (destination, event id, envelope).
-    async fn pending_envelopes(&self) -> Result<Vec<(String, String, String)>, StoreError>;
+    /// Audit rows of operations that run page by page ([`OperationLog`]), if offered; the
+    /// dead-letter, destination and gap operations need it. Default: `None`.
+    fn operation_log(&self) -> Option<&dyn OperationLog> {
+        None
+    }
 
-    /// The names of the events `destination` left undelivered (those of its pending
-    /// deliveries and open dead letters), sorted, each once.
-    async fn undelivered_event_names(&self, destination: &str) -> Result<Vec<String>, StoreError>;
-
-    /// `None` when `destination` has a delivery row; otherwise how many events named in
-    /// `names` were recorded at or after `since` (ms), counted up to `cap`.
-    async fn unrouted_events(
-        &self,
-        destination: &str,
-        names: &[&str],
-        since: i64,
-        cap: u64,
-    ) -> Result<Option<u64>, StoreError>;
-
-    /// Pauses `destination` for the operator (`paused_by` `operator`, no expiry; a pause of
-    /// the operator's already there keeps its start and takes `reason`) and appends an audit
-    /// row (action `pause`, `actor`, reason `DESTINATION: REASON`), in one transaction.
-    async fn pause_audited(
-        &self,
-        destination: &str,
-        actor: &str,
-        reason: &str,
-        now: i64,
-    ) -> Result<AuditEntry, StoreError>;
-
-    /// Lifts the operator's pause of `destination` and its circuit breaker's pause (`paused_by`
-    /// `breaker`) and appends an audit row (action `resume`), in one transaction; `None`,
-    /// writing nothing, when neither had paused it.
-    async fn resume_audited(
-        &self,
-        destination: &str,
-        actor: &str,
-        reason: &str,
-        now: i64,
-    ) -> Result<Option<AuditEntry>, StoreError>;
-
-    /// Renews `member`'s lease in `group` (joining it) and those of the partitions it holds
-    /// that have not expired at `now`, to `expires`; deletes the members whose lease expired
-    /// before `forget_before`; returns the group at `now`. One transaction.
-    async fn group_beat(
-        &self,
-        group: &str,
-        member: &str,
-        now: i64,
-        expires: i64,
-        forget_before: i64,
-    ) -> Result<GroupView, StoreError>;
-
-    /// Gives `partition` of `group` to `member` until `expires` when nobody holds it at `now`
-    /// or `member` does; whether it did.
-    async fn claim_partition(
-        &self,
-        group: &str,
-        partition: u32,
-        member: &str,
-        now: i64,
-        expires: i64,
-    ) -> Result<bool, StoreError>;
-
-    /// Releases the partitions (all with `None`) `member` holds in `group`; with `leave`,
-    /// deletes its row too. One transaction; how many were released.
-    async fn release_partitions(
-        &self,
-        group: &str,
-        member: &str,
-        partitions: Option<&[u32]>,
-        leave: bool,
-    ) -> Result<u64, StoreError>;
-
-    /// The members and partitions of `group` at `now`.
-    async fn group_view(&self, group: &str, now: i64) -> Result<GroupView, StoreError>;
-
-    /// The identity recorded for the transport inbox `inbox`.
-    async fn inbox_identity(&self, inbox: &str) -> Result<Option<InboxIdentity>, StoreError>;
-
-    /// Records `identity` (stamped `now`) when its inbox has none, or has one without a
-    /// consumer on the same stream created at the same time; returns what is recorded after.
-    async fn record_inbox_identity(
-        &self,
-        identity: &InboxIdentity,
-        now: i64,
-    ) -> Result<InboxIdentity, StoreError>;
-
-    /// Replaces the identity of `identity.inbox` and appends an audit row (action
-    /// `inbox-adopt`, `actor`, `reason` as given), in one transaction.
-    async fn adopt_inbox_identity(
-        &self,
-        identity: &InboxIdentity,
-        actor: &str,
-        reason: &str,
-        now: i64,
-    ) -> Result<AuditEntry, StoreError>;
-
-    /// Where the event `event_id` came from, when a transport's inbox received it (`None`
-    /// for this service's own events, events received before origins were stored, and ids
-    /// not in the outbox).
-    async fn received_origin(&self, event_id: Uuid) -> Result<Option<Origin>, StoreError>;
-
-    /// The relay chain rows of `keys` written at or after `fresh_after` (ms; an older row is
-    /// expired and its chain restarts at 0): (the last sequence published, the predecessor
-    /// it named) per key.
-    async fn relay_chain(
-        &self,
-        keys: &[RelayChainKey],
-        fresh_after: i64,
-    ) -> Result<std::collections::HashMap<RelayChainKey, (u64, u64)>, StoreError>;
-
-    /// Opens a gap for every held received event recorded at or before `older_than` (ms)
-    /// whose predecessor did not arrive or was dead-lettered here, unless one is open for
-    /// it; at most `limit`. Returns the gaps opened.
-    async fn open_gaps(
-        &self,
-        older_than: i64,
-        now: i64,
-        limit: usize,
-    ) -> Result<Vec<Gap>, StoreError>;
-
-    /// Gaps in id order: the open ones, or every one with `all`; ids above `after`, at most
-    /// `limit`.
-    async fn gaps(&self, all: bool, after: i64, limit: usize) -> Result<Vec<Gap>, StoreError>;
-
-    /// Accepts the open gaps `ids` in one transaction under the audit row `audit_id` (written
-    /// by [`start_audit`](Self::start_audit), its count raised by the gaps accepted): the
-    /// missing places are skipped and the held events after them released in chain order.
-    /// Returns the gaps accepted (a gap closed meanwhile is left out).
-    async fn accept_gaps(
-        &self,
-        ids: &[i64],
-        audit_id: i64,
-        now: i64,
-    ) -> Result<Vec<Gap>, StoreError>;
-
-    /// Received events held now: waiting for a predecessor in their aggregate's chain.
-    async fn held_events(&self) -> Result<u64, StoreError>;
-
-    /// Deletes chain state older than `cutoff` (ms): relay rows of aggregates that published
-    /// nothing since, places of received aggregates idle since (never a held or dead one);
-    /// at most about `limit` rows per table. Returns the rows deleted.
-    async fn purge_chains(&self, cutoff: i64, limit: usize) -> Result<u64, StoreError>;
-
-    /// Appends an unfinished audit row (`action`, `actor`, `reason`, `selection` as given)
-    /// for an operation that runs page by page; finish it with
-    /// [`finish_resolution`](Self::finish_resolution).
-    async fn start_audit(
-        &self,
-        action: &str,
-        actor: &str,
-        reason: &str,
-        selection: Option<&str>,
-        now: i64,
-    ) -> Result<AuditEntry, StoreError>;
-
-    /// Adds `n` to the count of the audit row `audit_id` (an operation in steps, one done).
-    async fn add_to_audit_count(&self, audit_id: i64, n: u64) -> Result<(), StoreError>;
-
-    /// Starts re-publishing `selection` (refused with [`StoreError::InvalidSelection`] when
-    /// it names neither aggregates nor a time): continues the unfinished re-publish of the
-    /// same selection if there is one (its audit row), else writes an audit row (action
-    /// `relay-republish`, `selection` as JSON), unfinished. Counts the selected events whose
-    /// delivery to the destination is pending or dead.
-    async fn start_republish(
-        &self,
-        selection: &RepublishSelection,
-        actor: &str,
-        reason: &str,
-        now: i64,
-    ) -> Result<RepublishStart, StoreError>;
-
-    /// One page of a re-publish, in one transaction that also adds to the audit row's count:
-    /// at most `page` of the selected events, in event id order after `after`, whose delivery
-    /// to the destination completed at or before `started` (ms: the audit row's time, so that
-    /// what this re-publish made pending and the relay published again is not selected
-    /// twice), made pending again — attempts reset, due at `now`, joined to their runs in
-    /// sequence order (each run's ready head recomputed).
-    async fn republish_page(
-        &self,
-        audit_id: i64,
-        selection: &RepublishSelection,
-        started: i64,
-        after: &str,
-        page: u32,
-        now: i64,
-    ) -> Result<RepublishPage, StoreError>;
-
-    /// The sequences of `aggregate`'s events whose delivery to the relay `destination`
-    /// completed (it published them), below `below`, highest first, at most `limit`: what a
-    /// delivery published again after later events names as its predecessor.
-    async fn published_sequences(
-        &self,
-        destination: &str,
-        aggregate: (&str, &str),
-        below: u64,
-        limit: usize,
-    ) -> Result<Vec<u64>, StoreError>;
-
-    /// Whether `error` (anywhere in its chain) is a deadlock or serialization failure of
-    /// this database, which asks for the whole transaction to be retried.
-    fn is_conflict(&self, error: &(dyn std::error::Error + 'static)) -> bool;
+    /// Leases of a transport's partitions among an instance group ([`PartitionLeases`]), if
+    /// offered. Default: `None` (a group then refuses to start, naming the capability).
+    fn partition_leases(&self) -> Option<&dyn PartitionLeases> {
+        None
+    }
 }
 
 /// One open transaction of a [`Backend`], behind a [`Tx`].
@@ -639,17 +340,15 @@ pub trait BackendTransaction: Send + fmt::Debug {
     ) -> Result<bool, StoreError>;
 
     /// Marks the open inbox dead letters among `ids` (of the inbox `inbox` only, when given)
-    /// replayed at `now`, appends one audit row (action `replay`, `actor`, `reason`, the ids
-    /// marked) unless none was, and returns it with their bodies, in the order of `ids`. Ids
-    /// that are not open inbox dead letters are skipped.
+    /// replayed at `stamp.at`, appends one audit row (action `replay`, stamped with `stamp`,
+    /// the ids marked) unless none was, and returns it with their bodies, in the order of
+    /// `ids`. Ids that are not open inbox dead letters are skipped.
     async fn take_inbox_dead_letters(
         &mut self,
         ids: &[i64],
         inbox: Option<&str>,
-        actor: &str,
-        reason: &str,
-        now: i64,
-    ) -> Result<(Option<AuditEntry>, Vec<TakenDeadLetter>), StoreError>;
+        stamp: &AuditStamp<'_>,
+    ) -> Result<TakenDeadLetters, StoreError>;
 
     /// The indexes of the `places` the outbox holds under another event id.
     async fn held_places(&mut self, places: &[PlaceQuery<'_>]) -> Result<Vec<usize>, StoreError>;
@@ -684,8 +383,12 @@ pub trait BackendTransaction: Send + fmt::Debug {
     /// The native connection as `type_id`, when it is that type.
     fn native(&mut self, type_id: TypeId) -> Option<&mut (dyn Any + Send)>;
 
-    /// Abandons the transaction as a killed process would (test builds): with
-    /// `kill_connection`, the database connection is killed under it first.
-    #[doc(hidden)]
-    async fn abandon(self: Box<Self>, kill_connection: bool);
+    /// Fault injection (feature `fault-injection`, for crash tests only): abandons the
+    /// transaction as a killed process would; with `kill_connection`, the database
+    /// connection is killed under it first. The default drops it (a rollback), which is
+    /// what a backend that cannot kill its connection offers.
+    #[cfg(feature = "fault-injection")]
+    async fn abandon(self: Box<Self>, kill_connection: bool) {
+        let _ = kill_connection;
+    }
 }

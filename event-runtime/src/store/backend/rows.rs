@@ -492,3 +492,88 @@ pub struct Gap {
     /// How it closed: `arrived` (the missing event came) or `accepted` (an operator).
     pub resolution: Option<String>,
 }
+
+/// Who did an audited operation, why, and when: the stamp of its audit row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AuditStamp<'a> {
+    /// Who asked (the operator's name, `events` user, or the service).
+    pub actor: &'a str,
+    /// Why, in the operator's words.
+    pub reason: &'a str,
+    /// When, in milliseconds since the Unix epoch (UTC).
+    pub at: i64,
+}
+
+/// One pending delivery's event, as [`Inspection::pending_envelopes`](super::Inspection::pending_envelopes)
+/// lists it (what `events catalog check` decodes against the registered types).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingEnvelope {
+    /// The delivery's destination (handler or relay).
+    pub destination: String,
+    /// The event id (a UUID, as text).
+    pub event_id: String,
+    /// The stored envelope: CloudEvents JSON.
+    pub envelope: String,
+}
+
+/// A relay chain row ([`ChainStore::relay_chain`](super::ChainStore::relay_chain)).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RelayChainState {
+    /// The last sequence of the aggregate the relay published.
+    pub last: u64,
+    /// The predecessor that publication named (`prevsequence`).
+    pub previous: u64,
+}
+
+/// A replay or purge over a selection, started
+/// ([`DeadLetterOperations::start_resolution`](super::DeadLetterOperations::start_resolution)).
+#[derive(Debug, Clone)]
+pub struct ResolutionStart {
+    /// Its audit row, unfinished.
+    pub entry: AuditEntry,
+    /// What it selects, as stored in the row.
+    pub selection: ResolutionSelection,
+}
+
+/// A replay or purge over a selection, read back by its audit id
+/// ([`DeadLetterOperations::resolution`](super::DeadLetterOperations::resolution)).
+#[derive(Debug, Clone)]
+pub struct ResolutionOperation {
+    /// Its audit row.
+    pub entry: AuditEntry,
+    /// Replay or purge.
+    pub action: crate::store::types::Resolution,
+    /// What it selects.
+    pub selection: ResolutionSelection,
+}
+
+/// What one page of a replay or purge did
+/// ([`DeadLetterOperations::resolve_page`](super::DeadLetterOperations::resolve_page)).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ResolvedPage {
+    /// Dead letters the page selected: fewer than the page size when nothing is left.
+    pub selected: u64,
+    /// Of those, how many it resolved (one resolved meanwhile by another operator is not).
+    pub resolved: u64,
+}
+
+/// Inbox dead letters taken for a replay
+/// ([`BackendTransaction::take_inbox_dead_letters`](super::BackendTransaction::take_inbox_dead_letters)).
+#[derive(Debug, Clone, Default)]
+pub struct TakenDeadLetters {
+    /// The audit row written, `None` when no id was an open inbox dead letter.
+    pub audit: Option<AuditEntry>,
+    /// Their bodies, in the order of the ids asked for.
+    pub letters: Vec<TakenDeadLetter>,
+}
+
+impl<'a> AuditStamp<'a> {
+    /// `actor` and `reason`, at the time now (the callers' clock: a backend never reads one).
+    pub(crate) fn now(actor: &'a str, reason: &'a str) -> Self {
+        AuditStamp {
+            actor,
+            reason,
+            at: crate::store::now_ms(),
+        }
+    }
+}

@@ -6,6 +6,7 @@ use sqlx::Database;
 
 use super::exec::{Arg, SqlExec};
 use super::{db, execute, rows, Conn, Dialect};
+use crate::store::backend::AuditStamp;
 use crate::store::types::AuditEntry;
 use crate::store::{from_ms, StoreError};
 
@@ -16,25 +17,22 @@ pub(crate) const COLUMNS: &str =
 /// An audit row to append.
 pub(crate) struct NewAudit<'a> {
     pub(crate) action: &'a str,
-    pub(crate) actor: &'a str,
-    pub(crate) reason: &'a str,
-    pub(crate) now: i64,
+    /// Who, why and when (also the time it is finished at, when `finished`).
+    pub(crate) stamp: AuditStamp<'a>,
     /// What an operation over a selection selected (JSON); `None` for one by id or one that
     /// names no dead letters.
     pub(crate) selection: Option<&'a str>,
-    /// Finished at `now` (an operation done in one transaction), or left unfinished (one that
+    /// Finished at `stamp.at` (an operation done in one transaction), or left unfinished (one that
     /// runs page by page and is finished by its last page).
     pub(crate) finished: bool,
 }
 
 impl<'a> NewAudit<'a> {
-    /// An operation done in one transaction, naming no selection: finished at `now`.
-    pub(crate) fn finished(action: &'a str, actor: &'a str, reason: &'a str, now: i64) -> Self {
+    /// An operation done in one transaction, naming no selection: finished when stamped.
+    pub(crate) fn finished(action: &'a str, stamp: AuditStamp<'a>) -> Self {
         NewAudit {
             action,
-            actor,
-            reason,
-            now,
+            stamp,
             selection: None,
             finished: true,
         }
@@ -55,11 +53,11 @@ pub(crate) async fn insert<D: Dialect>(
         &sql,
         &[
             Arg::Str(a.action),
-            Arg::Str(a.actor),
-            Arg::Str(a.reason),
-            Arg::I64(a.now),
+            Arg::Str(a.stamp.actor),
+            Arg::Str(a.stamp.reason),
+            Arg::I64(a.stamp.at),
             Arg::OptStr(a.selection),
-            Arg::OptI64(a.finished.then_some(a.now)),
+            Arg::OptI64(a.finished.then_some(a.stamp.at)),
         ],
     )
     .await?

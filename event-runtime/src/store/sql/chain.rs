@@ -17,7 +17,7 @@ use uuid::Uuid;
 use super::append::StreamKey;
 use super::exec::{placeholders, Arg, SqlExec};
 use super::{db, execute, rows, Conn, Dialect};
-use crate::store::backend::{ChainLink, LinkKind, Linked, RelayChainKey};
+use crate::store::backend::{ChainLink, LinkKind, Linked, RelayChainKey, RelayChainState};
 use crate::store::StoreError;
 
 /// Statements write at most this many rows each.
@@ -35,7 +35,7 @@ pub(crate) async fn relay_chain<D: Dialect>(
     pool: &Pool<D::DB>,
     keys: &[RelayChainKey],
     fresh_after: i64,
-) -> Result<HashMap<RelayChainKey, (u64, u64)>, StoreError> {
+) -> Result<HashMap<RelayChainKey, RelayChainState>, StoreError> {
     let mut found = HashMap::new();
     if keys.is_empty() {
         return Ok(found);
@@ -60,10 +60,10 @@ pub(crate) async fn relay_chain<D: Dialect>(
                     D::DB::get_string(&r, "aggregate_type").map_err(db)?,
                     D::DB::get_string(&r, "aggregate_id").map_err(db)?,
                 ),
-                (
-                    D::DB::get_i64(&r, "last_sequence").map_err(db)?.max(0) as u64,
-                    D::DB::get_i64(&r, "last_previous").map_err(db)?.max(0) as u64,
-                ),
+                RelayChainState {
+                    last: D::DB::get_i64(&r, "last_sequence").map_err(db)?.max(0) as u64,
+                    previous: D::DB::get_i64(&r, "last_previous").map_err(db)?.max(0) as u64,
+                },
             );
         }
     }

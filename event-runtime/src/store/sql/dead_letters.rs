@@ -9,6 +9,7 @@ use super::append::{promote, StreamKey};
 use super::audit::{self, NewAudit};
 use super::exec::{Arg, SqlExec};
 use super::{db, rows, Conn, Dialect};
+use crate::store::backend::{AuditStamp, PendingEnvelope};
 use crate::store::types::{AuditEntry, DeadLetter, DeadLetterFilter, Resolution};
 use crate::store::{from_ms, StoreError};
 
@@ -176,19 +177,16 @@ pub(crate) async fn unblock<D: Dialect>(
 /// Replays or purges the open dead letters `ids` on `conn` (the caller's transaction), with
 /// one audit row. Returns the audit row and the runs a purge unblocked (to promote again
 /// after COMMIT where the dialect needs it).
-#[allow(clippy::too_many_arguments)]
 pub(crate) async fn resolve<D: Dialect>(
     conn: &mut Conn<D>,
     ids: &[i64],
     action: Resolution,
-    actor: &str,
-    reason: &str,
-    now: i64,
+    stamp: &AuditStamp<'_>,
     progress: &mut (dyn FnMut(usize) + Send),
 ) -> Result<(AuditEntry, Vec<StreamKey>), StoreError> {
+    let now = stamp.at;
     let action_name = action_name(action);
-    let mut entry =
-        audit::insert::<D>(conn, &NewAudit::finished(action_name, actor, reason, now)).await?;
+    let mut entry = audit::insert::<D>(conn, &NewAudit::finished(action_name, *stamp)).await?;
     let audit_id = entry.id;
     let mut done = Vec::new();
     let mut streams = Vec::new();
@@ -231,7 +229,7 @@ pub(crate) async fn audit_log<D: Dialect>(
 
 pub(crate) async fn pending_envelopes<D: Dialect>(
     pool: &Pool<D::DB>,
-) -> Result<Vec<(String, String, String)>, StoreError> {
+) -> Result<Vec<PendingEnvelope>, StoreError> {
     let mut conn = pool.acquire().await.map_err(db)?;
     rows::<D>(
         &mut conn,
@@ -242,11 +240,11 @@ pub(crate) async fn pending_envelopes<D: Dialect>(
     .await?
     .iter()
     .map(|r| {
-        Ok((
-            D::DB::get_string(r, "handler").map_err(db)?,
-            D::DB::get_string(r, "event_id").map_err(db)?,
-            D::DB::get_string(r, "envelope").map_err(db)?,
-        ))
+        Ok(PendingEnvelope {
+            destination: D::DB::get_string(r, "handler").map_err(db)?,
+            event_id: D::DB::get_string(r, "event_id").map_err(db)?,
+            envelope: D::DB::get_string(r, "envelope").map_err(db)?,
+        })
     })
     .collect()
 }

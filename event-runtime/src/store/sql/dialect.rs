@@ -116,6 +116,7 @@ pub(crate) trait Dialect: Send + Sync + Sized + fmt::Debug + 'static {
     fn is_conflict(error: &dyn sqlx::error::DatabaseError) -> bool;
 
     /// Kills the database connection under `conn` (fault injection).
+    #[cfg(feature = "fault-injection")]
     fn kill(conn: &mut Conn<Self>) -> impl Future<Output = ()> + Send;
 
     /// Binds the next placeholder of `q` to `value`, stored the way this database keeps that

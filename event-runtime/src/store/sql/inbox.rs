@@ -9,7 +9,7 @@ use super::audit::{self, NewAudit};
 use super::exec::{Arg, SqlExec};
 use super::{db, execute, rows, Conn, Dialect};
 use crate::inbox::Origin;
-use crate::store::backend::{InboxDeadLetter, TakenDeadLetter};
+use crate::store::backend::{AuditStamp, InboxDeadLetter, TakenDeadLetter, TakenDeadLetters};
 use crate::store::types::AuditEntry;
 use crate::store::{from_ms, InboxIdentity, StoreError};
 
@@ -56,10 +56,9 @@ pub(crate) async fn take_dead_letters<D: Dialect>(
     conn: &mut Conn<D>,
     ids: &[i64],
     inbox: Option<&str>,
-    actor: &str,
-    reason: &str,
-    now: i64,
-) -> Result<(Option<AuditEntry>, Vec<TakenDeadLetter>), StoreError> {
+    stamp: &AuditStamp<'_>,
+) -> Result<TakenDeadLetters, StoreError> {
+    let now = stamp.at;
     const TAKE: &str = "UPDATE event_dead_letters SET resolved_at = $1, resolution = 'replayed'
          WHERE id = $2 AND resolved_at IS NULL AND kind = 'inbox' AND ($3 IS NULL OR handler = $3)
          RETURNING envelope, origin";
@@ -84,16 +83,21 @@ pub(crate) async fn take_dead_letters<D: Dialect>(
         });
     }
     if taken.is_empty() {
-        return Ok((None, taken));
+        return Ok(TakenDeadLetters {
+            audit: None,
+            letters: taken,
+        });
     }
-    let mut entry =
-        audit::insert::<D>(conn, &NewAudit::finished("replay", actor, reason, now)).await?;
+    let mut entry = audit::insert::<D>(conn, &NewAudit::finished("replay", *stamp)).await?;
     for t in &taken {
         execute::<D>(conn, NAME, &[Arg::I64(entry.id), Arg::I64(t.id)]).await?;
     }
     let ids = taken.iter().map(|t| t.id).collect();
     audit::name_dead_letters::<D>(conn, &mut entry, ids).await?;
-    Ok((Some(entry), taken))
+    Ok(TakenDeadLetters {
+        audit: Some(entry),
+        letters: taken,
+    })
 }
 
 /// The origin stored with the received event `event_id`.
@@ -178,10 +182,9 @@ fn identity_args(i: &InboxIdentity, now: i64) -> [Arg<'_>; 5] {
 pub(crate) async fn adopt_identity<D: Dialect>(
     pool: &Pool<D::DB>,
     i: &InboxIdentity,
-    actor: &str,
-    reason: &str,
-    now: i64,
+    stamp: &AuditStamp<'_>,
 ) -> Result<AuditEntry, StoreError> {
+    let now = stamp.at;
     const SQL: &str = "INSERT INTO event_inbox_identity \
          (inbox, stream, stream_created, consumer_created, recorded_at) \
          VALUES ($1, $2, $3, $4, $5) \
@@ -190,11 +193,7 @@ pub(crate) async fn adopt_identity<D: Dialect>(
              consumer_created = excluded.consumer_created, recorded_at = excluded.recorded_at";
     let mut tx = D::begin(pool).await.map_err(db)?;
     execute::<D>(&mut tx, SQL, &identity_args(i, now)).await?;
-    let entry = audit::insert::<D>(
-        &mut tx,
-        &NewAudit::finished("inbox-adopt", actor, reason, now),
-    )
-    .await?;
+    let entry = audit::insert::<D>(&mut tx, &NewAudit::finished("inbox-adopt", *stamp)).await?;
     tx.commit().await.map_err(db)?;
     Ok(entry)
 }

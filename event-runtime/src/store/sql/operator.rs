@@ -3,6 +3,7 @@
 //! destination added late never got, and pauses of a destination recorded with their audit
 //! row.
 
+use crate::store::backend::AuditStamp;
 use sqlx::Pool;
 
 use super::audit::{self, NewAudit};
@@ -117,21 +118,19 @@ pub(crate) async fn unrouted_events<D: Dialect>(
 pub(crate) async fn pause_audited<D: Dialect>(
     pool: &Pool<D::DB>,
     destination: &str,
-    actor: &str,
-    reason: &str,
-    now: i64,
+    stamp: &AuditStamp<'_>,
 ) -> Result<AuditEntry, StoreError> {
     let pause = Pause {
         destination: destination.to_owned(),
         paused_by: OPERATOR.to_owned(),
-        reason: reason.to_owned(),
-        at: now,
+        reason: stamp.reason.to_owned(),
+        at: stamp.at,
         expires_at: None,
         probe_at: None,
     };
     let mut tx = D::begin(pool).await.map_err(db)?;
     pause_on::<D>(&mut tx, &pause).await?;
-    let entry = audited::<D>(&mut tx, "pause", destination, actor, reason, now).await?;
+    let entry = audited::<D>(&mut tx, "pause", destination, stamp).await?;
     tx.commit().await.map_err(db)?;
     Ok(entry)
 }
@@ -141,9 +140,7 @@ pub(crate) async fn pause_audited<D: Dialect>(
 pub(crate) async fn resume_audited<D: Dialect>(
     pool: &Pool<D::DB>,
     destination: &str,
-    actor: &str,
-    reason: &str,
-    now: i64,
+    stamp: &AuditStamp<'_>,
 ) -> Result<Option<AuditEntry>, StoreError> {
     let mut tx = D::begin(pool).await.map_err(db)?;
     let operator = resume_on::<D>(&mut tx, destination, OPERATOR).await?;
@@ -152,7 +149,7 @@ pub(crate) async fn resume_audited<D: Dialect>(
         tx.rollback().await.map_err(db)?;
         return Ok(None);
     }
-    let entry = audited::<D>(&mut tx, "resume", destination, actor, reason, now).await?;
+    let entry = audited::<D>(&mut tx, "resume", destination, stamp).await?;
     tx.commit().await.map_err(db)?;
     Ok(Some(entry))
 }
@@ -162,10 +159,12 @@ async fn audited<D: Dialect>(
     conn: &mut super::Conn<D>,
     action: &str,
     destination: &str,
-    actor: &str,
-    reason: &str,
-    now: i64,
+    stamp: &AuditStamp<'_>,
 ) -> Result<AuditEntry, StoreError> {
-    let reason = format!("{destination}: {reason}");
-    audit::insert::<D>(conn, &NewAudit::finished(action, actor, &reason, now)).await
+    let reason = format!("{destination}: {}", stamp.reason);
+    let stamp = AuditStamp {
+        reason: &reason,
+        ..*stamp
+    };
+    audit::insert::<D>(conn, &NewAudit::finished(action, stamp)).await
 }

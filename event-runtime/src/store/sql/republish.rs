@@ -13,7 +13,7 @@ use super::dead_letters::unblock;
 use super::exec::{Arg, SqlExec};
 use super::retarget::reset_ready;
 use super::{db, execute, promote_after_commit, rows, Conn, Dialect};
-use crate::store::backend::{RepublishPage, RepublishSelection, RepublishStart};
+use crate::store::backend::{AuditStamp, RepublishPage, RepublishSelection, RepublishStart};
 use crate::store::StoreError;
 
 /// The audit log's action of a re-publish.
@@ -62,9 +62,7 @@ fn selected<'a>(
 pub(crate) async fn start<D: Dialect>(
     pool: &Pool<D::DB>,
     sel: &RepublishSelection,
-    actor: &str,
-    reason: &str,
-    now: i64,
+    stamp: &AuditStamp<'_>,
 ) -> Result<RepublishStart, StoreError> {
     if sel.aggregates.is_empty() && sel.since_ms.is_none() {
         return Err(StoreError::InvalidSelection(
@@ -85,9 +83,7 @@ pub(crate) async fn start<D: Dialect>(
         .transpose()?;
     let audit = match found {
         Some(a) => a,
-        None => {
-            super::resolution::insert_audit::<D>(&mut tx, ACTION, actor, reason, now, &json).await?
-        }
+        None => super::resolution::insert_audit::<D>(&mut tx, ACTION, stamp, &json).await?,
     };
     let (from, args) = selected(sel, "'pending', 'dead'", 1);
     let counts = rows::<D>(

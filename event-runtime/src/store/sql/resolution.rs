@@ -11,7 +11,9 @@ use super::audit::{self, NewAudit, COLUMNS as AUDIT_COLUMNS};
 use super::dead_letters::{action_name, unblock};
 use super::exec::{Arg, SqlExec};
 use super::{db, execute, promote_after_commit, rows, Conn, Dialect};
-use crate::store::backend::ResolutionSelection;
+use crate::store::backend::{
+    AuditStamp, ResolutionOperation, ResolutionSelection, ResolutionStart, ResolvedPage,
+};
 use crate::store::types::{AuditEntry, DeadLetterFilter, Resolution};
 use crate::store::StoreError;
 
@@ -19,10 +21,8 @@ pub(crate) async fn start<D: Dialect>(
     pool: &Pool<D::DB>,
     filter: &DeadLetterFilter,
     action: Resolution,
-    actor: &str,
-    reason: &str,
-    now: i64,
-) -> Result<(AuditEntry, ResolutionSelection), StoreError> {
+    stamp: &AuditStamp<'_>,
+) -> Result<ResolutionStart, StoreError> {
     let mut tx = D::begin(pool).await.map_err(db)?;
     let newest = rows::<D>(
         &mut tx,
@@ -46,9 +46,9 @@ pub(crate) async fn start<D: Dialect>(
     };
     let json = serde_json::to_string(&selection)
         .map_err(|e| StoreError::Corrupt(format!("selection: {e}")))?;
-    let entry = insert_audit::<D>(&mut tx, action_name(action), actor, reason, now, &json).await?;
+    let entry = insert_audit::<D>(&mut tx, action_name(action), stamp, &json).await?;
     tx.commit().await.map_err(db)?;
-    Ok((entry, selection))
+    Ok(ResolutionStart { entry, selection })
 }
 
 /// Writes the audit row of an operation over a selection (`selection`, JSON), unfinished,
@@ -56,16 +56,12 @@ pub(crate) async fn start<D: Dialect>(
 pub(crate) async fn insert_audit<D: Dialect>(
     conn: &mut Conn<D>,
     action: &str,
-    actor: &str,
-    reason: &str,
-    now: i64,
+    stamp: &AuditStamp<'_>,
     selection: &str,
 ) -> Result<AuditEntry, StoreError> {
     let a = NewAudit {
         action,
-        actor,
-        reason,
-        now,
+        stamp: *stamp,
         selection: Some(selection),
         finished: false,
     };
@@ -81,7 +77,7 @@ pub(crate) async fn page<D: Dialect>(
     selection: &ResolutionSelection,
     page: u32,
     now: i64,
-) -> Result<(u64, u64), StoreError> {
+) -> Result<ResolvedPage, StoreError> {
     // The page: marked resolved in one statement, ids only (never the envelopes).
     // An inbox's dead letter has no delivery to replay: its inbox replays it (it decodes).
     const MARK: &str =
@@ -173,7 +169,10 @@ pub(crate) async fn page<D: Dialect>(
         promote_after_commit::<D>(pool, &again).await?;
     }
     // Every selected letter was open (the statement marks and selects at once).
-    Ok((resolved, resolved))
+    Ok(ResolvedPage {
+        selected: resolved,
+        resolved,
+    })
 }
 
 pub(crate) async fn finish<D: Dialect>(
@@ -203,7 +202,7 @@ pub(crate) async fn finish<D: Dialect>(
 pub(crate) async fn load<D: Dialect>(
     pool: &Pool<D::DB>,
     audit_id: i64,
-) -> Result<Option<(AuditEntry, Resolution, ResolutionSelection)>, StoreError> {
+) -> Result<Option<ResolutionOperation>, StoreError> {
     let mut conn = pool.acquire().await.map_err(db)?;
     let sql = format!("SELECT {AUDIT_COLUMNS} FROM event_audit_log WHERE id = $1");
     let Some(entry) = rows::<D>(&mut conn, &sql, &[Arg::I64(audit_id)])
@@ -224,5 +223,9 @@ pub(crate) async fn load<D: Dialect>(
     };
     let selection: ResolutionSelection = serde_json::from_str(json)
         .map_err(|e| StoreError::Corrupt(format!("audit row {audit_id} selection: {e}")))?;
-    Ok(Some((entry, action, selection)))
+    Ok(Some(ResolutionOperation {
+        entry,
+        action,
+        selection,
+    }))
 }

@@ -6,6 +6,7 @@
 //! longer the old destination's, so the next page (or a re-run after a crash) starts after it.
 //! Decides nothing about which destinations are registered: the caller does.
 
+use crate::store::backend::AuditStamp;
 use sqlx::Pool;
 
 use super::append::StreamKey;
@@ -30,10 +31,9 @@ fn selection(op: &DestinationOperation) -> Result<String, StoreError> {
 pub(crate) async fn start<D: Dialect>(
     pool: &Pool<D::DB>,
     op: &DestinationOperation,
-    actor: &str,
-    reason: &str,
-    now: i64,
+    stamp: &AuditStamp<'_>,
 ) -> Result<AuditEntry, StoreError> {
+    let now = stamp.at;
     if op.to.as_deref() == Some(op.from.as_str()) {
         return Err(StoreError::SameDestination {
             destination: op.from.clone(),
@@ -59,9 +59,7 @@ pub(crate) async fn start<D: Dialect>(
         tx.commit().await.map_err(db)?;
         return Ok(entry);
     }
-    let entry =
-        super::resolution::insert_audit::<D>(&mut tx, op.action(), actor, reason, now, &json)
-            .await?;
+    let entry = super::resolution::insert_audit::<D>(&mut tx, op.action(), stamp, &json).await?;
     tx.commit().await.map_err(db)?;
     Ok(entry)
 }

@@ -14,11 +14,10 @@ use super::exec::Arg;
 use super::portable::{portable_execute, portable_fetch};
 use super::{append, chain, db, delivery, execute, inbox, promote_after_commit, Conn, Dialect};
 use crate::store::backend::{
-    BackendTransaction, ChainLink, InboxDeadLetter, Linked, NewEvent, PlaceQuery, SettleResult,
-    Settlement, TakenDeadLetter,
+    AuditStamp, BackendTransaction, ChainLink, InboxDeadLetter, Linked, NewEvent, PlaceQuery,
+    SettleResult, Settlement, TakenDeadLetters,
 };
 use crate::store::query::Row;
-use crate::store::types::AuditEntry;
 use crate::store::value::Datum;
 use crate::store::StoreError;
 
@@ -153,11 +152,9 @@ impl<D: Dialect> BackendTransaction for SqlTx<D> {
         &mut self,
         ids: &[i64],
         inbox: Option<&str>,
-        actor: &str,
-        reason: &str,
-        now: i64,
-    ) -> Result<(Option<AuditEntry>, Vec<TakenDeadLetter>), StoreError> {
-        inbox::take_dead_letters::<D>(self.conn(), ids, inbox, actor, reason, now).await
+        stamp: &AuditStamp<'_>,
+    ) -> Result<TakenDeadLetters, StoreError> {
+        inbox::take_dead_letters::<D>(self.conn(), ids, inbox, stamp).await
     }
 
     async fn held_places(&mut self, places: &[PlaceQuery<'_>]) -> Result<Vec<usize>, StoreError> {
@@ -260,6 +257,7 @@ impl<D: Dialect> BackendTransaction for SqlTx<D> {
         Some(conn as &mut (dyn Any + Send))
     }
 
+    #[cfg(feature = "fault-injection")]
     async fn abandon(mut self: Box<Self>, kill_connection: bool) {
         if let Some(mut tx) = self.tx.take() {
             if kill_connection {

@@ -245,14 +245,10 @@ impl Refetch {
             "from": from, "to": to, "max_messages": self.max_messages,
         })
         .to_string();
-        let audit = store
-            .start_audit(
-                "gap-refetch",
-                actor,
-                reason,
-                Some(&selection),
-                crate::store::now_ms(),
-            )
+        let log = outbox.store().logging()?;
+        let stamp = crate::store::AuditStamp::now(actor, reason);
+        let audit = log
+            .start_audit("gap-refetch", Some(&selection), &stamp)
             .await?;
         if !wanted.is_empty() && from <= to {
             report.range = Some((from, to));
@@ -269,8 +265,7 @@ impl Refetch {
             .await?;
         }
         report.audit = Some(
-            store
-                .finish_resolution(audit.id, crate::store::now_ms())
+            log.finish_operation(audit.id, crate::store::now_ms())
                 .await?,
         );
         let now: HashMap<i64, Gap> = outbox
@@ -442,7 +437,7 @@ impl Refetch {
                     }
                     outbox
                         .store()
-                        .backend()
+                        .logging()?
                         .add_to_audit_count(audit_id, receipt.report.appended as u64)
                         .await?;
                     report.committed += receipt.report;
