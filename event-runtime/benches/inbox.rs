@@ -84,7 +84,9 @@ async fn store(db: &Db, tag: &str) -> (Store, Db) {
     match db {
         Db::Postgres(url) => {
             let schema = format!("inbox_bench_{tag}");
-            let s = Store::connect_postgres_schema(url, &schema).await.unwrap();
+            let s = event_runtime::store::postgres::connect_in_schema(url, &schema)
+                .await
+                .unwrap();
             (s, Db::PostgresSchema(url.clone(), schema))
         }
         Db::Sqlite(dir) => {
@@ -108,7 +110,9 @@ impl Db {
     async fn open(&self) -> Store {
         match self {
             Db::PostgresSchema(url, schema) => {
-                Store::connect_postgres_schema(url, schema).await.unwrap()
+                event_runtime::store::postgres::connect_in_schema(url, schema)
+                    .await
+                    .unwrap()
             }
             Db::Sqlite(url) => Store::connect(url).await.unwrap(),
             Db::Postgres(_) => unreachable!(),

@@ -122,11 +122,11 @@ async fn raw_insert(store: &Store, n: usize) {
             qb.build().execute(&mut *$t).await.unwrap();
         }};
     }
-    if let Some(t) = tx.sqlite() {
+    if let Some(t) = event_runtime::store::sqlite::connection(&mut tx) {
         insert!(t)
     } else {
         #[cfg(feature = "postgres")]
-        if let Some(t) = tx.postgres() {
+        if let Some(t) = event_runtime::store::postgres::connection(&mut tx) {
             insert!(t)
         }
     }
@@ -199,11 +199,14 @@ async fn raw_deliver(store: &Store, batch: i64) -> usize {
                 done += rows.len();
             }};
         }
-        if let Some(pool) = store.sqlite_pool() {
+        if let Some(pool) = event_runtime::store::sqlite::pool(&store) {
             batch!(pool, CLAIM_SQLITE);
         } else {
             #[cfg(feature = "postgres")]
-            batch!(store.pg_pool().unwrap(), CLAIM_PG);
+            batch!(
+                event_runtime::store::postgres::pool(&store).unwrap(),
+                CLAIM_PG
+            );
             #[cfg(not(feature = "postgres"))]
             let _ = CLAIM_PG;
         }
@@ -347,10 +350,10 @@ fn bench(c: &mut Criterion) {
         Ok(url) => {
             let schema = format!("outbox_bench_{}", Uuid::now_v7().simple());
             let pg = rt
-                .block_on(Store::connect_postgres_schema(&url, &schema))
+                .block_on(event_runtime::store::postgres::connect_in_schema(&url, &schema))
                 .unwrap();
             let raw_pg = rt
-                .block_on(Store::connect_postgres_schema(&url, &format!("{schema}_raw")))
+                .block_on(event_runtime::store::postgres::connect_in_schema(&url, &format!("{schema}_raw")))
                 .unwrap();
             group(c, &rt, "outbox_postgres", pg, raw_pg);
         }

@@ -161,7 +161,7 @@ async fn drop_queue(channel: &Channel, topology: &BrokerTopology) {
 }
 
 async fn inbox_postgres(url: &str, pg: &str, topology: &BrokerTopology) -> Duration {
-    let store = Store::connect_postgres_schema(
+    let store = event_runtime::store::postgres::connect_in_schema(
         pg,
         &format!("amqp_inbox_bench_{}", Uuid::now_v7().simple()),
     )
@@ -269,7 +269,7 @@ fn bench(c: &mut Criterion) {
             .unwrap();
     });
     let store = rt
-        .block_on(Store::connect_postgres_schema(
+        .block_on(event_runtime::store::postgres::connect_in_schema(
             &pg,
             &format!("amqp_relay_bench_{id}"),
         ))

@@ -141,7 +141,7 @@ fn bench(c: &mut Criterion) {
     )
     .unwrap();
     let store = rt
-        .block_on(Store::connect_postgres_schema(
+        .block_on(event_runtime::store::postgres::connect_in_schema(
             &pg,
             &format!("transport_bench_{id}"),
         ))
@@ -159,7 +159,9 @@ fn bench(c: &mut Criterion) {
         .build()
         .unwrap();
     rt.block_on(relay.check(&outbox)).unwrap();
-    let pool = store.pg_pool().unwrap().clone();
+    let pool = event_runtime::store::postgres::pool(&store)
+        .unwrap()
+        .clone();
     rt.block_on(
         sqlx::query(
             "CREATE TABLE raw_relay (id BIGSERIAL PRIMARY KEY, event_id TEXT NOT NULL,

@@ -564,7 +564,7 @@ async fn dead_letter_workflow_postgres() {
     #[cfg(feature = "postgres")]
     {
         let schema = format!("cli_test_{}", Uuid::now_v7().simple());
-        let store = Store::connect_postgres_schema(&url, &schema)
+        let store = event_runtime::store::postgres::connect_in_schema(&url, &schema)
             .await
             .unwrap_or_else(|e| panic!("PostgreSQL at {url} is unreachable: {e}"));
         let db = Db {
@@ -574,7 +574,7 @@ async fn dead_letter_workflow_postgres() {
             file: None,
         };
         dead_letter_workflow(&db).await;
-        let pool = db.store.pg_pool().unwrap();
+        let pool = event_runtime::store::postgres::pool(&db.store).unwrap();
         event_runtime::sqlx::query(event_runtime::sqlx::AssertSqlSafe(format!(
             "DROP SCHEMA \"{schema}\" CASCADE"
         )))

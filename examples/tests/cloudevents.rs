@@ -138,7 +138,7 @@ async fn commit_extra_envelopes(database: &str) {
 async fn stored_envelopes(database: &str) -> Vec<String> {
     let store = Store::connect(database).await.unwrap();
     sqlx::query_scalar("SELECT envelope FROM event_outbox ORDER BY recorded_at, event_id")
-        .fetch_all(store.sqlite_pool().unwrap())
+        .fetch_all(event_runtime::store::sqlite::pool(&store).unwrap())
         .await
         .unwrap()
 }

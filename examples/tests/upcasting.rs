@@ -311,7 +311,9 @@ impl Db {
 
     async fn open(&self) -> Store {
         let store = match &self.schema {
-            Some(schema) => Store::connect_postgres_schema(&self.url, schema).await,
+            Some(schema) => {
+                event_runtime::store::postgres::connect_in_schema(&self.url, schema).await
+            }
             None => Store::connect(&self.url).await,
         }
         .unwrap();
@@ -368,11 +370,11 @@ fn databases(test: &str) -> Vec<Db> {
 
 /// Rows of `sql` (two columns, text and integer) on the store's pool.
 async fn pairs(store: &Store, sql: &'static str) -> BTreeMap<String, i64> {
-    let rows: Vec<(String, i64)> = if let Some(p) = store.sqlite_pool() {
+    let rows: Vec<(String, i64)> = if let Some(p) = event_runtime::store::sqlite::pool(&store) {
         sqlx::query_as(sql).fetch_all(p).await.unwrap()
     } else {
         sqlx::query_as(sql)
-            .fetch_all(store.pg_pool().unwrap())
+            .fetch_all(event_runtime::store::postgres::pool(&store).unwrap())
             .await
             .unwrap()
     };

@@ -74,7 +74,9 @@ fn outbox(store: Store) -> Outbox {
 
 async fn open(url: &str, schema: Option<&str>) -> Store {
     match schema {
-        Some(s) => Store::connect_postgres_schema(url, s).await.unwrap(),
+        Some(s) => event_runtime::store::postgres::connect_in_schema(url, s)
+            .await
+            .unwrap(),
         None => Store::connect(url).await.unwrap(),
     }
 }

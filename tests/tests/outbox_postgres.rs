@@ -72,7 +72,9 @@ fn config(lease_ms: u64) -> OutboxConfig {
 }
 
 async fn open(url: &str, schema: &str, handlers: Handlers, lease_ms: u64) -> Outbox {
-    let store = Store::connect_postgres_schema(url, schema).await.unwrap();
+    let store = event_runtime::store::postgres::connect_in_schema(url, schema)
+        .await
+        .unwrap();
     setup(&store).await;
     let d = match handlers {
         Handlers::Track => Dispatcher::builder_empty().handler::<track>(),
@@ -91,7 +93,7 @@ enum Handlers {
 }
 
 async fn rows(store: &Store) -> Vec<(String, String, i64)> {
-    let pool = store.pg_pool().unwrap();
+    let pool = event_runtime::store::postgres::pool(&store).unwrap();
     sqlx::query_as("SELECT event_id, parcel, seq FROM tracking ORDER BY id")
         .fetch_all(pool)
         .await
@@ -205,7 +207,9 @@ async fn a_deadlock_between_two_workers_rolls_back_one_batch_and_both_complete_o
     };
     let mut outboxes = Vec::new();
     for _ in 0..2 {
-        let store = Store::connect_postgres_schema(&url, &schema).await.unwrap();
+        let store = event_runtime::store::postgres::connect_in_schema(&url, &schema)
+            .await
+            .unwrap();
         let mut tx = store.begin().await.unwrap();
         tx.execute(
             "CREATE TABLE IF NOT EXISTS balances (account TEXT PRIMARY KEY, postings BIGINT NOT NULL)",
@@ -247,7 +251,7 @@ async fn a_deadlock_between_two_workers_rolls_back_one_batch_and_both_complete_o
     assert_eq!(ra.completed + rb.completed, 1);
     let rest = outboxes[0].drain(Duration::from_secs(20)).await.unwrap();
     assert_eq!(rest.completed, 1);
-    let pool = outboxes[0].store().pg_pool().unwrap();
+    let pool = event_runtime::store::postgres::pool(outboxes[0].store()).unwrap();
     let postings: Vec<(String, i64)> =
         sqlx::query_as("SELECT account, postings FROM balances ORDER BY account")
             .fetch_all(pool)
@@ -292,7 +296,9 @@ async fn racing_claims_never_take_a_live_lease_over() {
     let seen = std::sync::Arc::new(Seen::default());
     let mut outboxes = Vec::new();
     for _ in 0..6 {
-        let store = Store::connect_postgres_schema(&url, &schema).await.unwrap();
+        let store = event_runtime::store::postgres::connect_in_schema(&url, &schema)
+            .await
+            .unwrap();
         outboxes.push(
             Outbox::builder(store)
                 .dispatcher(Dispatcher::builder_empty().handler::<count_prints>())

@@ -256,7 +256,11 @@ async fn an_application_with_its_own_sqlx_migrations_shares_the_database() {
             false,
         );
         let migrator = sqlx::migrate::Migrator::with_migrations(vec![migration]);
-        match (&db, store.sqlite_pool(), store.pg_pool()) {
+        match (
+            &db,
+            event_runtime::store::sqlite::pool(&store),
+            event_runtime::store::postgres::pool(&store),
+        ) {
             (_, Some(pool), _) => migrator.run(pool).await.unwrap(),
             (_, _, Some(pool)) => migrator.run(pool).await.unwrap(),
             _ => unreachable!(),
@@ -269,7 +273,10 @@ async fn an_application_with_its_own_sqlx_migrations_shares_the_database() {
             "{}",
             db.label()
         );
-        match (reopened.sqlite_pool(), reopened.pg_pool()) {
+        match (
+            event_runtime::store::sqlite::pool(&reopened),
+            event_runtime::store::postgres::pool(&reopened),
+        ) {
             (Some(pool), _) => migrator.run(pool).await.unwrap(),
             (_, Some(pool)) => migrator.run(pool).await.unwrap(),
             _ => unreachable!(),

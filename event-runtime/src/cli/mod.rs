@@ -48,7 +48,7 @@
 //!   applies no migration, so a mistyped URL or schema is an error rather than an empty
 //!   outbox; the application creates and migrates its outbox at start-up. `--schema NAME`
 //!   selects the PostgreSQL schema of an application that uses
-//!   [`Store::connect_postgres_schema`]. `--connect-timeout SECS` (default 10) bounds
+//!   [`store::postgres::connect_in_schema`]. `--connect-timeout SECS` (default 10) bounds
 //!   connecting; a server that refuses connections fails at once, with its address and why.
 //! - Times (`--since`, `--until`) are RFC 3339 (`2026-01-31T12:00:00Z`) or a date
 //!   (`2026-01-31`, midnight UTC); `--since` is inclusive, `--until` exclusive.
@@ -220,7 +220,7 @@
 //!
 //! [`Store`]: crate::Store
 //! [`Store::open`]: crate::Store::open
-//! [`Store::connect_postgres_schema`]: crate::Store::connect_postgres_schema
+//! [`store::postgres::connect_in_schema`]: crate::store::postgres::connect_in_schema
 //! [`Store::resolve_dead_letters_with_progress`]: crate::Store::resolve_dead_letters_with_progress
 //! [`Store::pause_destination_audited`]: crate::Store::pause_destination_audited
 //! [`DeadLetter`]: crate::DeadLetter

@@ -127,10 +127,33 @@ impl ConnectOptions {
     }
 }
 
-/// A backend this build has: its URL schemes and how to connect.
-pub(crate) struct BackendEntry {
+/// A backend this crate has, compiled in or not: its name (also its feature's), its URL
+/// schemes and the URL shape an error message shows. The one place schemes are declared:
+/// the backend modules re-export theirs (`store::sqlite::URL_SCHEMES`).
+pub(crate) struct KnownBackend {
     pub(crate) name: &'static str,
     pub(crate) url_schemes: &'static [&'static str],
+    pub(crate) url_shape: &'static str,
+}
+
+pub(crate) const SQLITE: KnownBackend = KnownBackend {
+    name: "sqlite",
+    url_schemes: &["sqlite"],
+    url_shape: "sqlite://PATH (a non-empty path) or sqlite::memory:",
+};
+
+pub(crate) const POSTGRES: KnownBackend = KnownBackend {
+    name: "postgres",
+    url_schemes: &["postgres", "postgresql"],
+    url_shape: "postgres://USER@HOST:PORT/DB",
+};
+
+/// Every backend this crate has, one line each.
+const KNOWN_BACKENDS: &[KnownBackend] = &[SQLITE, POSTGRES];
+
+/// A backend this build has: which one, and how to connect.
+pub(crate) struct BackendEntry {
+    pub(crate) known: &'static KnownBackend,
     #[allow(clippy::type_complexity)]
     pub(crate) connect:
         fn(&str, &ConnectOptions) -> BoxFuture<'static, Result<Arc<dyn Backend>, StoreError>>,
@@ -144,37 +167,25 @@ const BACKENDS: &[BackendEntry] = &[
     postgres::ENTRY,
 ];
 
-/// Every backend this crate has, with its feature, for the message when one is off.
-const ALL_BACKENDS: &[(&str, &[&str])] = &[
-    ("sqlite", &["sqlite"]),
-    ("postgres", &["postgres", "postgresql"]),
-];
-
 fn scheme(url: &str) -> &str {
     url.split(':').next().unwrap_or_default()
 }
 
 fn backend_for(url: &str) -> Result<&'static BackendEntry, StoreError> {
     let s = scheme(url);
-    if let Some(b) = BACKENDS.iter().find(|b| b.url_schemes.contains(&s)) {
+    if let Some(b) = BACKENDS.iter().find(|b| b.known.url_schemes.contains(&s)) {
         return Ok(b);
     }
-    let hint = match ALL_BACKENDS
-        .iter()
-        .find(|(_, schemes)| schemes.contains(&s))
-    {
-        Some((feature, _)) => format!(
-            "this build has no {feature} support: enable the `{feature}` feature of event-runtime"
+    let hint = match KNOWN_BACKENDS.iter().find(|k| k.url_schemes.contains(&s)) {
+        Some(k) => format!(
+            "this build has no {0} support: enable the `{0}` feature of event-runtime",
+            k.name
         ),
         None => format!(
             "expected {}",
             BACKENDS
                 .iter()
-                .map(|b| match b.name {
-                    "sqlite" => "sqlite://PATH (a non-empty path) or sqlite::memory:",
-                    "postgres" => "postgres://USER@HOST:PORT/DB",
-                    other => other,
-                })
+                .map(|b| b.known.url_shape)
                 .collect::<Vec<_>>()
                 .join(", or ")
         ),
@@ -309,25 +320,12 @@ impl Store {
         Self::connect_with(url, &options).await
     }
 
-    /// Connects to a PostgreSQL database and keeps every table in `schema` (created when
-    /// missing), then migrates: [`connect_with`](Self::connect_with) with
-    /// [`ConnectOptions::schema`].
-    ///
-    /// # Errors
-    /// As [`connect`](Self::connect); [`StoreError::UnsupportedOption`] for another backend.
-    ///
-    /// # Cancel safety
-    /// As [`connect`](Self::connect).
-    pub async fn connect_postgres_schema(url: &str, schema: &str) -> Result<Store, StoreError> {
-        Self::connect_with(url, &ConnectOptions::default().schema(schema)).await
-    }
-
     /// Which backend `url` names, without connecting: `sqlite`, `postgres`.
     ///
     /// # Errors
     /// [`StoreError::UnsupportedUrl`] when this build has none for it.
     pub fn backend_name_for(url: &str) -> Result<&'static str, StoreError> {
-        backend_for(url).map(|b| b.name)
+        backend_for(url).map(|b| b.known.name)
     }
 
     /// A store over a backend of your own (see [`backend`]).
@@ -343,39 +341,6 @@ impl Store {
     /// The backend's name: `sqlite`, `postgres`.
     pub fn backend_name(&self) -> &'static str {
         self.backend.name()
-    }
-
-    /// A store over an SQLite pool you configured (migrate it with [`migrate`](Self::migrate)).
-    #[cfg(feature = "sqlite")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
-    pub fn from_sqlite_pool(pool: sqlx::SqlitePool) -> Store {
-        Store {
-            backend: sqlite::from_pool(pool),
-        }
-    }
-
-    /// A store over a PostgreSQL pool you configured (migrate it with
-    /// [`migrate`](Self::migrate)).
-    #[cfg(feature = "postgres")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
-    pub fn from_pg_pool(pool: sqlx::PgPool) -> Store {
-        Store {
-            backend: postgres::from_pool(pool),
-        }
-    }
-
-    /// The SQLite pool, if this is SQLite.
-    #[cfg(feature = "sqlite")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
-    pub fn sqlite_pool(&self) -> Option<&sqlx::SqlitePool> {
-        sqlite::pool_of(&*self.backend)
-    }
-
-    /// The PostgreSQL pool, if this is PostgreSQL.
-    #[cfg(feature = "postgres")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
-    pub fn pg_pool(&self) -> Option<&sqlx::PgPool> {
-        postgres::pool_of(&*self.backend)
     }
 
     /// Applies the bundled migrations that are not applied yet. Idempotent. On a database

@@ -25,14 +25,13 @@ use super::sql::claim::{claimed_from_row, heads_sql, in_run_order, CLAIMED_COLUM
 use super::sql::exec::{Arg, SqlExec as _, SqlxQuery};
 use super::sql::{db, execute, rows, Conn, Dialect, SqlStore, MIGRATIONS_TABLE};
 use super::value::{Datum, SqlType};
-use super::{redact, BackendEntry, ConnectOptions, StoreError};
+use super::{redact, BackendEntry, ConnectOptions, Store, StoreError};
 
 /// The URL schemes of this backend: `postgres://USER@HOST:PORT/DB`, `postgresql://…`.
-pub const URL_SCHEMES: &[&str] = &["postgres", "postgresql"];
+pub const URL_SCHEMES: &[&str] = super::POSTGRES.url_schemes;
 
 pub(crate) const ENTRY: BackendEntry = BackendEntry {
-    name: "postgres",
-    url_schemes: URL_SCHEMES,
+    known: &super::POSTGRES,
     connect: |url, options| Box::pin(connect(url.to_owned(), options.clone())),
 };
 
@@ -101,17 +100,40 @@ async fn connect(url: String, options: ConnectOptions) -> Result<Arc<dyn Backend
     Ok(Arc::new(SqlStore::<PostgresDialect>::new(pool)))
 }
 
-/// A store over a PostgreSQL pool configured elsewhere.
-pub(crate) fn from_pool(pool: sqlx::PgPool) -> Arc<dyn Backend> {
-    Arc::new(SqlStore::<PostgresDialect>::new(pool))
+/// A [`Store`] over a PostgreSQL pool you configured yourself (its size, timeouts, TLS): no
+/// migration is applied, call [`Store::migrate`] before the first outbox.
+pub fn store_from_pool(pool: sqlx::PgPool) -> Store {
+    Store::from_backend(Arc::new(SqlStore::<PostgresDialect>::new(pool)))
 }
 
-/// The pool of a store, if it is this backend.
-pub(crate) fn pool_of(backend: &dyn Backend) -> Option<&sqlx::PgPool> {
-    backend
+/// The PostgreSQL pool under `store`; `None` when the store is another backend. For queries
+/// of the application's own that need sqlx (`sqlx::query(..).fetch_all(pool)`).
+pub fn pool(store: &Store) -> Option<&sqlx::PgPool> {
+    store
+        .backend()
         .as_any()
         .downcast_ref::<SqlStore<PostgresDialect>>()
         .map(|s| &s.pool)
+}
+
+/// The PostgreSQL connection of the transaction `tx` (`None` on another backend): for SQL the
+/// portable [`Tx::execute`](crate::Tx::execute) cannot express, written in the same
+/// transaction as the events. The same as `tx.native::<sqlx::PgConnection>()`.
+pub fn connection(tx: &mut crate::Tx) -> Option<&mut sqlx::PgConnection> {
+    tx.native::<sqlx::PgConnection>()
+}
+
+/// Connects to a PostgreSQL database keeping every table in `schema` (created when missing),
+/// then migrates: [`Store::connect_with`] with [`ConnectOptions::schema`], so that several
+/// services or tests share one database.
+///
+/// # Errors
+/// As [`Store::connect`].
+///
+/// # Cancel safety
+/// As [`Store::connect`].
+pub async fn connect_in_schema(url: &str, schema: &str) -> Result<Store, StoreError> {
+    Store::connect_with(url, &ConnectOptions::default().schema(schema)).await
 }
 
 impl Dialect for PostgresDialect {

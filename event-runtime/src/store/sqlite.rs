@@ -29,14 +29,13 @@ use super::backend::{Backend, ClaimRequest, ClaimedDelivery};
 use super::sql::exec::SqlxQuery;
 use super::sql::{claim, db, execute, rows, Conn, Dialect, SqlStore, MIGRATIONS_TABLE};
 use super::value::{timestamp_text, Datum, SqlType};
-use super::{BackendEntry, ConnectOptions, StoreError};
+use super::{BackendEntry, ConnectOptions, Store, StoreError};
 
 /// The URL schemes of this backend: `sqlite://PATH`, `sqlite:PATH`, `sqlite::memory:`.
-pub const URL_SCHEMES: &[&str] = &["sqlite"];
+pub const URL_SCHEMES: &[&str] = super::SQLITE.url_schemes;
 
 pub(crate) const ENTRY: BackendEntry = BackendEntry {
-    name: "sqlite",
-    url_schemes: URL_SCHEMES,
+    known: &super::SQLITE,
     connect: |url, options| Box::pin(connect(url.to_owned(), options.clone())),
 };
 
@@ -120,17 +119,27 @@ fn busy(e: &sqlx::Error) -> bool {
     }
 }
 
-/// A store over an SQLite pool configured elsewhere.
-pub(crate) fn from_pool(pool: sqlx::SqlitePool) -> Arc<dyn Backend> {
-    Arc::new(SqlStore::<SqliteDialect>::new(pool))
+/// A [`Store`] over an SQLite pool you configured yourself (its size, timeouts, TLS): no
+/// migration is applied, call [`Store::migrate`] before the first outbox.
+pub fn store_from_pool(pool: sqlx::SqlitePool) -> Store {
+    Store::from_backend(Arc::new(SqlStore::<SqliteDialect>::new(pool)))
 }
 
-/// The pool of a store, if it is this backend.
-pub(crate) fn pool_of(backend: &dyn Backend) -> Option<&sqlx::SqlitePool> {
-    backend
+/// The SQLite pool under `store`; `None` when the store is another backend. For queries
+/// of the application's own that need sqlx (`sqlx::query(..).fetch_all(pool)`).
+pub fn pool(store: &Store) -> Option<&sqlx::SqlitePool> {
+    store
+        .backend()
         .as_any()
         .downcast_ref::<SqlStore<SqliteDialect>>()
         .map(|s| &s.pool)
+}
+
+/// The SQLite connection of the transaction `tx` (`None` on another backend): for SQL the
+/// portable [`Tx::execute`](crate::Tx::execute) cannot express, written in the same
+/// transaction as the events. The same as `tx.native::<sqlx::SqliteConnection>()`.
+pub fn connection(tx: &mut crate::Tx) -> Option<&mut sqlx::SqliteConnection> {
+    tx.native::<sqlx::SqliteConnection>()
 }
 
 impl Dialect for SqliteDialect {

@@ -169,20 +169,6 @@ impl Tx {
             .native(TypeId::of::<T>())
             .and_then(|c| c.downcast_mut::<T>())
     }
-
-    /// The SQLite connection of this transaction, if it is one.
-    #[cfg(feature = "sqlite")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
-    pub fn sqlite(&mut self) -> Option<&mut sqlx::SqliteConnection> {
-        self.native::<sqlx::SqliteConnection>()
-    }
-
-    /// The PostgreSQL connection of this transaction, if it is one.
-    #[cfg(feature = "postgres")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
-    pub fn postgres(&mut self) -> Option<&mut sqlx::PgConnection> {
-        self.native::<sqlx::PgConnection>()
-    }
 }
 
 impl SqlValue<'_> {

@@ -619,7 +619,7 @@ async fn open(args: &Args) -> Result<Store, RunError> {
                     mask_password(&args.database)
                 )));
             }
-            Store::connect_postgres_schema(&args.database, schema).await
+            event_runtime::store::postgres::connect_in_schema(&args.database, schema).await
         }
         None => Store::connect(&args.database).await,
     };

@@ -132,7 +132,7 @@ pub async fn sqlite(test: &str) -> (String, Store) {
 pub async fn postgres(test: &str) -> Option<(String, String, Store)> {
     let url = postgres_url(test)?;
     let schema = unique(test);
-    let store = Store::connect_postgres_schema(&url, &schema)
+    let store = event_runtime::store::postgres::connect_in_schema(&url, &schema)
         .await
         .unwrap_or_else(|e| panic!("{test}: cannot open PostgreSQL at {url}: {e}"));
     Some((url, schema, store))
@@ -150,9 +150,11 @@ impl Db {
     pub async fn open(&self) -> Store {
         match self {
             Db::Sqlite(url) => Store::connect(url).await.expect("reopen SQLite"),
-            Db::Postgres { url, schema } => Store::connect_postgres_schema(url, schema)
-                .await
-                .expect("reopen PostgreSQL"),
+            Db::Postgres { url, schema } => {
+                event_runtime::store::postgres::connect_in_schema(url, schema)
+                    .await
+                    .expect("reopen PostgreSQL")
+            }
         }
     }
 
