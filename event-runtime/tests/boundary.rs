@@ -114,12 +114,11 @@ fn a_backend_feature_is_named_in_the_counted_places_only() {
         f == "store/sqlite.rs" || f == "store/postgres.rs"
     });
     // `store/mod.rs`: the module list and `BACKENDS`, where a new backend adds its lines.
-    // `store/sql/claim.rs` and `store/sql/exec.rs`: portable statements only the SQLite
-    // dialect uses today (the claim in steps of a single-writer database), allowed to be dead
-    // without it.
+    // `store/sql/claim.rs`: portable statements only the SQLite dialect uses today (the claim
+    // in steps of a single-writer database), allowed to be dead without it.
     assert_eq!(
         file_names(&found),
-        ["store/mod.rs", "store/sql/claim.rs", "store/sql/exec.rs"],
+        ["store/mod.rs", "store/sql/claim.rs"],
         "DESIGN.md counts these places; update both together: {found:?}"
     );
 }

@@ -23,7 +23,7 @@ use sqlx::{Connection, Pool, Postgres, Row as _, TypeInfo as _, ValueRef as _};
 use super::backend::{Backend, ClaimRequest, ClaimedDelivery};
 use super::sql::claim::{claimed_from_row, heads_sql, in_run_order, CLAIMED_COLUMNS};
 use super::sql::exec::{Arg, SqlExec as _, SqlxQuery};
-use super::sql::{db, execute, rows, Conn, Dialect, SqlStore, MIGRATIONS_TABLE};
+use super::sql::{db, rows, Conn, Dialect, SqlStore, MIGRATIONS_TABLE};
 use super::value::{Datum, SqlType};
 use super::{redact, BackendEntry, ConnectOptions, Store, StoreError};
 
@@ -158,6 +158,15 @@ impl Dialect for PostgresDialect {
         m.dangerous_set_table_name(MIGRATIONS_TABLE);
         m
     }
+
+    // `_sqlx_migrations` of the schema the connections see first (search_path).
+    const OLD_MIGRATIONS_TABLE: &'static str = "SELECT 1 AS present FROM pg_catalog.pg_class c \
+        JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+        WHERE c.relname = '_sqlx_migrations' AND n.nspname = current_schema()";
+
+    const MIGRATIONS_COLUMNS: &'static str = "(version BIGINT PRIMARY KEY, description TEXT NOT NULL, \
+         installed_on TIMESTAMPTZ NOT NULL DEFAULT now(), success BOOLEAN NOT NULL, \
+         checksum BYTEA NOT NULL, execution_time BIGINT NOT NULL)";
 
     async fn migrate(pool: &Pool<Postgres>) -> Result<(), StoreError> {
         let mut conn = pool.acquire().await.map_err(db)?;
@@ -484,45 +493,6 @@ async fn adopt_migrations(
     versions: &[i64],
 ) -> Result<(), StoreError> {
     let mut tx = conn.begin().await.map_err(db)?;
-    // `_sqlx_migrations` of the schema the connections see first (search_path).
-    let old = rows::<PostgresDialect>(
-        &mut tx,
-        "SELECT 1 AS present FROM pg_catalog.pg_class c \
-         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
-         WHERE c.relname = '_sqlx_migrations' AND n.nspname = current_schema()",
-        &[],
-    )
-    .await?;
-    if old.is_empty() {
-        return Ok(());
-    }
-    let list = serde_json::to_string(versions).unwrap_or_else(|_| "[]".into());
-    let list_arg = [Arg::Str(&list)];
-    execute::<PostgresDialect>(
-        &mut tx,
-        &format!(
-            "CREATE TABLE IF NOT EXISTS {MIGRATIONS_TABLE} (version BIGINT PRIMARY KEY, description TEXT NOT NULL, \
-             installed_on TIMESTAMPTZ NOT NULL DEFAULT now(), success BOOLEAN NOT NULL, \
-             checksum BYTEA NOT NULL, execution_time BIGINT NOT NULL)"
-        ),
-        &[],
-    )
-    .await?;
-    execute::<PostgresDialect>(
-        &mut tx,
-        &format!(
-            "INSERT INTO {MIGRATIONS_TABLE} SELECT * FROM _sqlx_migrations \
-             WHERE version IN (SELECT jsonb_array_elements_text($1::jsonb)::bigint) \
-             ON CONFLICT (version) DO NOTHING"
-        ),
-        &list_arg,
-    )
-    .await?;
-    execute::<PostgresDialect>(
-        &mut tx,
-        "DELETE FROM _sqlx_migrations WHERE version IN (SELECT jsonb_array_elements_text($1::jsonb)::bigint)",
-        &list_arg,
-    )
-    .await?;
+    super::sql::maintenance::adopt_migrations::<PostgresDialect>(&mut tx, versions).await?;
     tx.commit().await.map_err(db)
 }

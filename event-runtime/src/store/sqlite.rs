@@ -27,7 +27,7 @@ use sqlx::{Pool, Row as _, Sqlite, TypeInfo as _, ValueRef as _};
 
 use super::backend::{Backend, ClaimRequest, ClaimedDelivery};
 use super::sql::exec::SqlxQuery;
-use super::sql::{claim, db, execute, rows, Conn, Dialect, SqlStore, MIGRATIONS_TABLE};
+use super::sql::{claim, db, Conn, Dialect, SqlStore, MIGRATIONS_TABLE};
 use super::value::{timestamp_text, Datum, SqlType};
 use super::{BackendEntry, ConnectOptions, Store, StoreError};
 
@@ -162,6 +162,13 @@ impl Dialect for SqliteDialect {
         m.dangerous_set_table_name(MIGRATIONS_TABLE);
         m
     }
+
+    const OLD_MIGRATIONS_TABLE: &'static str =
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'";
+
+    const MIGRATIONS_COLUMNS: &'static str = "(version BIGINT PRIMARY KEY, description TEXT NOT NULL, \
+         installed_on TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP, success BOOLEAN NOT NULL, \
+         checksum BLOB NOT NULL, execution_time BIGINT NOT NULL)";
 
     async fn migrate(pool: &Pool<Sqlite>) -> Result<(), StoreError> {
         // sqlx's migrator takes no lock on SQLite: two processes starting on a fresh file both
@@ -312,41 +319,6 @@ impl Dialect for SqliteDialect {
 
 async fn adopt_migrations(pool: &Pool<Sqlite>, versions: &[i64]) -> Result<(), StoreError> {
     let mut tx = SqliteDialect::begin(pool).await.map_err(db)?;
-    let old = rows::<SqliteDialect>(
-        &mut tx,
-        "SELECT name FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'",
-        &[],
-    )
-    .await?;
-    if old.is_empty() {
-        return Ok(());
-    }
-    let list = serde_json::to_string(versions).unwrap_or_else(|_| "[]".into());
-    <Sqlite as super::sql::exec::SqlExec>::exec_script(
-        &mut *tx,
-        &format!(
-            "CREATE TABLE IF NOT EXISTS {MIGRATIONS_TABLE} (version BIGINT PRIMARY KEY, description TEXT NOT NULL, \
-             installed_on TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP, success BOOLEAN NOT NULL, \
-             checksum BLOB NOT NULL, execution_time BIGINT NOT NULL)"
-        ),
-    )
-    .await
-    .map_err(db)?;
-    let list_arg = [super::sql::exec::Arg::Str(&list)];
-    execute::<SqliteDialect>(
-        &mut tx,
-        &format!(
-            "INSERT OR IGNORE INTO {MIGRATIONS_TABLE} SELECT * FROM _sqlx_migrations \
-             WHERE version IN (SELECT value FROM json_each($1))"
-        ),
-        &list_arg,
-    )
-    .await?;
-    execute::<SqliteDialect>(
-        &mut tx,
-        "DELETE FROM _sqlx_migrations WHERE version IN (SELECT value FROM json_each($1))",
-        &list_arg,
-    )
-    .await?;
+    super::sql::maintenance::adopt_migrations::<SqliteDialect>(&mut tx, versions).await?;
     tx.commit().await.map_err(db)
 }

@@ -47,11 +47,37 @@ fn dead_letter_from_row<D: Dialect>(
     })
 }
 
+/// The `WHERE` of a [`DeadLetterFilter`] over `event_dead_letters`, its values `$1` to `$6`
+/// ([`filter_args`]): a literal, so that the statements it ends stay constants.
+macro_rules! dead_letter_filter {
+    () => {
+        "WHERE ($1 OR resolved_at IS NULL)
+          AND ($2 IS NULL OR handler = $2)
+          AND ($3 IS NULL OR name = $3)
+          AND ($4 IS NULL OR dead_at >= $4)
+          AND ($5 IS NULL OR dead_at < $5)
+          AND ($6 IS NULL OR id = $6)"
+    };
+}
+pub(crate) use dead_letter_filter;
+
+/// The values of [`dead_letter_filter!`]'s `$1` to `$6`.
+pub(crate) fn filter_args(filter: &DeadLetterFilter) -> [Arg<'_>; 6] {
+    [
+        Arg::Bool(filter.include_resolved),
+        Arg::OptStr(filter.handler.as_deref()),
+        Arg::OptStr(filter.event_name.as_deref()),
+        Arg::OptI64(filter.since.map(|t| t.timestamp_millis())),
+        Arg::OptI64(filter.until.map(|t| t.timestamp_millis())),
+        Arg::OptI64(filter.id),
+    ]
+}
+
 pub(crate) async fn list<D: Dialect>(
     pool: &Pool<D::DB>,
     filter: &DeadLetterFilter,
 ) -> Result<Vec<DeadLetter>, StoreError> {
-    const SQL: &str =
+    const SQL: &str = concat!(
         "SELECT id, event_id, handler, name, version, envelope, attempts, first_failed_at,
             last_failed_at, reason, error_chain, dead_at, resolved_at, resolution,
             CASE WHEN resolved_at IS NOT NULL THEN 0 ELSE COALESCE((
@@ -61,34 +87,18 @@ pub(crate) async fn list<D: Dialect>(
                 WHERE h.handler = event_dead_letters.handler AND h.event_id = event_dead_letters.event_id
                   AND h.status = 'dead' AND h.sequence > 0
                   AND f.status IN ('pending', 'dead') AND f.status = 'pending'), 0) END AS held_back, origin
-        FROM event_dead_letters
-        WHERE ($1 OR resolved_at IS NULL)
-          AND ($2 IS NULL OR handler = $2)
-          AND ($3 IS NULL OR name = $3)
-          AND ($4 IS NULL OR dead_at >= $4)
-          AND ($5 IS NULL OR dead_at < $5)
-          AND ($6 IS NULL OR id = $6)
-        ORDER BY id
-        LIMIT $7";
+        FROM event_dead_letters ",
+        dead_letter_filter!(),
+        " ORDER BY id LIMIT $7"
+    );
     let mut conn = pool.acquire().await.map_err(db)?;
     let limit = filter.limit.map_or(i64::MAX, i64::from);
-    rows::<D>(
-        &mut conn,
-        SQL,
-        &[
-            Arg::Bool(filter.include_resolved),
-            Arg::OptStr(filter.handler.as_deref()),
-            Arg::OptStr(filter.event_name.as_deref()),
-            Arg::OptI64(filter.since.map(|t| t.timestamp_millis())),
-            Arg::OptI64(filter.until.map(|t| t.timestamp_millis())),
-            Arg::OptI64(filter.id),
-            Arg::I64(limit),
-        ],
-    )
-    .await?
-    .iter()
-    .map(dead_letter_from_row::<D>)
-    .collect()
+    let [a1, a2, a3, a4, a5, a6] = filter_args(filter);
+    rows::<D>(&mut conn, SQL, &[a1, a2, a3, a4, a5, a6, Arg::I64(limit)])
+        .await?
+        .iter()
+        .map(dead_letter_from_row::<D>)
+        .collect()
 }
 
 /// Replays or purges the open dead letter `id` on `conn` (the caller's transaction), naming

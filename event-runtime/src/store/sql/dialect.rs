@@ -50,6 +50,14 @@ pub(crate) trait Dialect: Send + Sync + Sized + fmt::Debug + 'static {
     /// The bundled migrations, recorded in [`MIGRATIONS_TABLE`].
     fn migrator() -> Migrator;
 
+    /// A query with a row when sqlx's default migrations table `_sqlx_migrations` exists in
+    /// the schema the connections see first (where release 0.1.0 recorded the outbox's).
+    const OLD_MIGRATIONS_TABLE: &'static str;
+
+    /// The columns of [`MIGRATIONS_TABLE`] (sqlx's), in this database's types, as
+    /// `CREATE TABLE` takes them: `(version BIGINT PRIMARY KEY, …)`.
+    const MIGRATIONS_COLUMNS: &'static str;
+
     /// Applies [`migrator`](Self::migrator)'s migrations not applied yet, one process at a
     /// time, after moving the outbox's migration rows out of sqlx's default
     /// `_sqlx_migrations` table (where release 0.1.0 recorded them) into

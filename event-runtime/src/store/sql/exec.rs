@@ -37,13 +37,6 @@ pub(crate) trait SqlExec: Database {
         args: &'c [Arg<'c>],
     ) -> BoxFuture<'c, Result<Vec<Self::Row>, sqlx::Error>>;
 
-    /// Runs several statements separated by `;` with no arguments (DDL, fixtures).
-    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
-    fn exec_script<'c>(
-        conn: &'c mut Self::Connection,
-        sql: &'c str,
-    ) -> BoxFuture<'c, Result<(), sqlx::Error>>;
-
     /// Runs a query already bound (the portable API's); the driver's result.
     fn exec_query<'c>(
         conn: &'c mut Self::Connection,
@@ -137,17 +130,6 @@ where
             } else {
                 q.fetch_all(conn).await
             }
-        })
-    }
-
-    fn exec_script<'c>(
-        conn: &'c mut DB::Connection,
-        sql: &'c str,
-    ) -> BoxFuture<'c, Result<(), sqlx::Error>> {
-        Box::pin(async move {
-            conn.execute(sqlx::raw_sql(sqlx::AssertSqlSafe(sql)))
-                .await
-                .map(|_| ())
         })
     }
 

@@ -97,18 +97,8 @@ pub(crate) async fn open_gaps<D: Dialect>(
 /// Received events held now.
 pub(crate) async fn held_events<D: Dialect>(pool: &Pool<D::DB>) -> Result<u64, StoreError> {
     let mut conn = pool.acquire().await.map_err(db)?;
-    let r = rows::<D>(
-        &mut conn,
-        "SELECT COUNT(*) AS n FROM event_inbox_chain WHERE state = 'held'",
-        &[],
-    )
-    .await?;
-    Ok(r.first()
-        .map(|r| D::DB::get_i64(r, "n"))
-        .transpose()
-        .map_err(db)?
-        .unwrap_or(0)
-        .max(0) as u64)
+    const HELD: &str = "SELECT COUNT(*) AS n FROM event_inbox_chain WHERE state = 'held'";
+    super::count::<D>(&mut conn, HELD, &[]).await
 }
 
 /// The columns a [`Gap`] is read from.

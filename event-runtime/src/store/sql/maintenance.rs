@@ -4,7 +4,7 @@
 use sqlx::Pool;
 
 use super::exec::{Arg, SqlExec};
-use super::{db, execute, rows, Dialect};
+use super::{count, db, execute, rows, Conn, Dialect, MIGRATIONS_TABLE};
 use crate::store::backend::PurgeStep;
 use crate::store::types::{Backlog, DestinationBacklog, HandlerStats, OutboxStats};
 use crate::store::StoreError;
@@ -68,17 +68,6 @@ const HELD: &str = "SELECT COUNT(*) AS n FROM event_inbox_chain WHERE state = 'h
 
 const OPEN_GAPS: &str = "SELECT COUNT(*) AS n FROM event_inbox_gaps WHERE closed_at IS NULL";
 
-async fn count<D: Dialect>(conn: &mut super::Conn<D>, sql: &str) -> Result<u64, StoreError> {
-    let r = rows::<D>(conn, sql, &[]).await?;
-    let n = r
-        .first()
-        .map(|r| D::DB::get_i64(r, "n"))
-        .transpose()
-        .map_err(db)?
-        .unwrap_or(0);
-    Ok(n.max(0) as u64)
-}
-
 /// The destinations paused at `now`.
 async fn paused<D: Dialect>(
     conn: &mut super::Conn<D>,
@@ -123,10 +112,10 @@ pub(crate) async fn backlog<D: Dialect>(
     }
     Ok(Backlog {
         destinations,
-        dead_letters: count::<D>(&mut conn, OPEN_DEAD_LETTERS).await?,
+        dead_letters: count::<D>(&mut conn, OPEN_DEAD_LETTERS, &[]).await?,
         paused: paused::<D>(&mut conn, now).await?,
-        held: count::<D>(&mut conn, HELD).await?,
-        open_gaps: count::<D>(&mut conn, OPEN_GAPS).await?,
+        held: count::<D>(&mut conn, HELD, &[]).await?,
+        open_gaps: count::<D>(&mut conn, OPEN_GAPS, &[]).await?,
     })
 }
 
@@ -154,9 +143,9 @@ pub(crate) async fn stats<D: Dialect>(
     );
     let mut conn = pool.acquire().await.map_err(db)?;
     let mut stats = OutboxStats {
-        events: count::<D>(&mut conn, EVENTS).await?,
-        dead_letters: count::<D>(&mut conn, OPEN_DEAD_LETTERS).await?,
-        blocked: count::<D>(&mut conn, BLOCKED).await?,
+        events: count::<D>(&mut conn, EVENTS, &[]).await?,
+        dead_letters: count::<D>(&mut conn, OPEN_DEAD_LETTERS, &[]).await?,
+        blocked: count::<D>(&mut conn, BLOCKED, &[]).await?,
         ..OutboxStats::default()
     };
     let paused = paused::<D>(&mut conn, now).await?;
@@ -215,4 +204,34 @@ pub(crate) async fn stats<D: Dialect>(
     }
     stats.oldest_pending_age_secs = oldest.map(|o| ((now - o).max(0) as f64) / 1000.0);
     Ok(stats)
+}
+
+/// Moves the rows of the outbox's migrations `versions` from sqlx's default table
+/// `_sqlx_migrations` (where release 0.1.0 recorded them) into [`MIGRATIONS_TABLE`], on `tx`
+/// (a transaction the caller began and commits). Nothing when that table does not exist.
+pub(crate) async fn adopt_migrations<D: Dialect>(
+    tx: &mut Conn<D>,
+    versions: &[i64],
+) -> Result<(), StoreError> {
+    if rows::<D>(tx, D::OLD_MIGRATIONS_TABLE, &[]).await?.is_empty() {
+        return Ok(());
+    }
+    // The versions as texts, compared with the column cast to text: the same on every
+    // dialect, whatever type its JSON functions give a number.
+    let texts: Vec<String> = versions.iter().map(i64::to_string).collect();
+    let list = serde_json::to_string(&texts).unwrap_or_else(|_| "[]".into());
+    let listed = D::text_in("CAST(version AS TEXT)", "$1");
+    let create = format!(
+        "CREATE TABLE IF NOT EXISTS {MIGRATIONS_TABLE} {}",
+        D::MIGRATIONS_COLUMNS
+    );
+    execute::<D>(tx, &create, &[]).await?;
+    let copy = format!(
+        "INSERT INTO {MIGRATIONS_TABLE} SELECT * FROM _sqlx_migrations WHERE {listed} \
+         ON CONFLICT (version) DO NOTHING"
+    );
+    execute::<D>(tx, &copy, &[Arg::Str(&list)]).await?;
+    let delete = format!("DELETE FROM _sqlx_migrations WHERE {listed}");
+    execute::<D>(tx, &delete, &[Arg::Str(&list)]).await?;
+    Ok(())
 }

@@ -133,6 +133,20 @@ pub(crate) async fn begin_relaxed<D: Dialect>(
     Ok(tx)
 }
 
+/// Commits `tx`, then promotes the heads of the runs `streams` again where the dialect needs
+/// it ([`Dialect::PROMOTE_AFTER_COMMIT`]): the tail of every transaction that unblocks runs.
+pub(crate) async fn commit_and_promote<D: Dialect>(
+    tx: sqlx::Transaction<'static, D::DB>,
+    pool: &Pool<D::DB>,
+    streams: &[append::StreamKey],
+) -> Result<(), StoreError> {
+    tx.commit().await.map_err(db)?;
+    if D::PROMOTE_AFTER_COMMIT && !streams.is_empty() {
+        promote_after_commit::<D>(pool, streams).await?;
+    }
+    Ok(())
+}
+
 /// Promotes run heads again after a COMMIT (see [`Dialect::PROMOTE_AFTER_COMMIT`]).
 pub(crate) async fn promote_after_commit<D: Dialect>(
     pool: &Pool<D::DB>,
@@ -151,6 +165,23 @@ pub(crate) async fn execute<D: Dialect>(
 ) -> Result<u64, StoreError> {
     let r = D::DB::exec(conn, sql, args).await.map_err(db)?;
     Ok(D::rows_affected(&r))
+}
+
+/// Runs `sql` (a `SELECT COUNT(*) AS n …`, or any one-row query naming its number `n`) on
+/// `conn`: that number, 0 when there is no row, never negative.
+pub(crate) async fn count<D: Dialect>(
+    conn: &mut Conn<D>,
+    sql: &str,
+    args: &[Arg<'_>],
+) -> Result<u64, StoreError> {
+    let n = rows::<D>(conn, sql, args)
+        .await?
+        .first()
+        .map(|r| D::DB::get_i64(r, "n"))
+        .transpose()
+        .map_err(db)?
+        .unwrap_or(0);
+    Ok(n.max(0) as u64)
 }
 
 /// Runs `sql` on `conn`; every row.

@@ -20,34 +20,12 @@ pub(crate) async fn count_dead_letters<D: Dialect>(
     pool: &Pool<D::DB>,
     filter: &DeadLetterFilter,
 ) -> Result<u64, StoreError> {
-    const SQL: &str = "SELECT COUNT(*) AS n FROM event_dead_letters
-        WHERE ($1 OR resolved_at IS NULL)
-          AND ($2 IS NULL OR handler = $2)
-          AND ($3 IS NULL OR name = $3)
-          AND ($4 IS NULL OR dead_at >= $4)
-          AND ($5 IS NULL OR dead_at < $5)
-          AND ($6 IS NULL OR id = $6)";
+    const SQL: &str = concat!(
+        "SELECT COUNT(*) AS n FROM event_dead_letters ",
+        super::dead_letters::dead_letter_filter!()
+    );
     let mut conn = pool.acquire().await.map_err(db)?;
-    let r = rows::<D>(
-        &mut conn,
-        SQL,
-        &[
-            Arg::Bool(filter.include_resolved),
-            Arg::OptStr(filter.handler.as_deref()),
-            Arg::OptStr(filter.event_name.as_deref()),
-            Arg::OptI64(filter.since.map(|t| t.timestamp_millis())),
-            Arg::OptI64(filter.until.map(|t| t.timestamp_millis())),
-            Arg::OptI64(filter.id),
-        ],
-    )
-    .await?;
-    let n = r
-        .first()
-        .map(|r| D::DB::get_i64(r, "n"))
-        .transpose()
-        .map_err(db)?
-        .unwrap_or(0);
-    Ok(n.max(0) as u64)
+    super::count::<D>(&mut conn, SQL, &super::dead_letters::filter_args(filter)).await
 }
 
 /// Open and resolved dead letters per (handler, event name), ordered by both.
@@ -104,14 +82,7 @@ pub(crate) async fn unrouted_events<D: Dialect>(
     let cap = i64::try_from(cap).unwrap_or(i64::MAX);
     let mut args = vec![Arg::I64(since), Arg::I64(cap)];
     args.extend(names.iter().map(|n| Arg::Str(n)));
-    let n = rows::<D>(&mut conn, &sql, &args)
-        .await?
-        .first()
-        .map(|r| D::DB::get_i64(r, "n"))
-        .transpose()
-        .map_err(db)?
-        .unwrap_or(0);
-    Ok(Some(n.max(0) as u64))
+    Ok(Some(super::count::<D>(&mut conn, &sql, &args).await?))
 }
 
 /// The operator's pause of `destination` (no expiry) and its audit row, in one transaction.

@@ -12,7 +12,7 @@ use super::chain::i64_of;
 use super::dead_letters::unblock;
 use super::exec::{Arg, SqlExec};
 use super::retarget::reset_ready;
-use super::{db, execute, promote_after_commit, rows, Conn, Dialect};
+use super::{commit_and_promote, db, execute, rows, Conn, Dialect};
 use crate::store::backend::{AuditStamp, RepublishPage, RepublishSelection, RepublishStart};
 use crate::store::StoreError;
 
@@ -153,10 +153,7 @@ pub(crate) async fn page<D: Dialect>(
     let again = republish::<D>(&mut tx, &sel.destination, &list, runs, now).await?;
     let republished = ids.len() as u64;
     audit::add_to_count::<D>(&mut tx, audit_id, republished).await?;
-    tx.commit().await.map_err(db)?;
-    if D::PROMOTE_AFTER_COMMIT && !again.is_empty() {
-        promote_after_commit::<D>(pool, &again).await?;
-    }
+    commit_and_promote::<D>(tx, pool, &again).await?;
     Ok(RepublishPage {
         republished,
         last: Some(last),

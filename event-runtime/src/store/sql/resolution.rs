@@ -10,7 +10,7 @@ use sqlx::Pool;
 use super::audit::{self, NewAudit, COLUMNS as AUDIT_COLUMNS};
 use super::dead_letters::{action_name, unblock};
 use super::exec::{Arg, SqlExec};
-use super::{db, execute, promote_after_commit, rows, Conn, Dialect};
+use super::{commit_and_promote, db, execute, rows, Conn, Dialect};
 use crate::store::backend::{
     AuditStamp, ResolutionOperation, ResolutionSelection, ResolutionStart, ResolvedPage,
 };
@@ -24,17 +24,8 @@ pub(crate) async fn start<D: Dialect>(
     stamp: &AuditStamp<'_>,
 ) -> Result<ResolutionStart, StoreError> {
     let mut tx = D::begin(pool).await.map_err(db)?;
-    let newest = rows::<D>(
-        &mut tx,
-        "SELECT COALESCE(MAX(id), 0) AS n FROM event_dead_letters",
-        &[],
-    )
-    .await?
-    .first()
-    .map(|r| D::DB::get_i64(r, "n"))
-    .transpose()
-    .map_err(db)?
-    .unwrap_or(0);
+    const NEWEST: &str = "SELECT COALESCE(MAX(id), 0) AS n FROM event_dead_letters";
+    let newest = super::count::<D>(&mut tx, NEWEST, &[]).await? as i64;
     let selection = ResolutionSelection {
         id: filter.id,
         handler: filter.handler.clone(),
@@ -164,10 +155,7 @@ pub(crate) async fn page<D: Dialect>(
     // A purge lets the next delivery of each run flow.
     let again = unblock::<D>(&mut tx, streams).await?;
     super::audit::add_to_count::<D>(&mut tx, audit_id, resolved).await?;
-    tx.commit().await.map_err(db)?;
-    if D::PROMOTE_AFTER_COMMIT && !again.is_empty() {
-        promote_after_commit::<D>(pool, &again).await?;
-    }
+    commit_and_promote::<D>(tx, pool, &again).await?;
     // Every selected letter was open (the statement marks and selects at once).
     Ok(ResolvedPage {
         selected: resolved,

@@ -13,7 +13,7 @@ use super::append::StreamKey;
 use super::audit::{self, COLUMNS as AUDIT_COLUMNS};
 use super::dead_letters::unblock;
 use super::exec::{placeholders, Arg, SqlExec};
-use super::{db, execute, promote_after_commit, rows, Conn, Dialect};
+use super::{commit_and_promote, db, execute, rows, Conn, Dialect};
 use crate::store::backend::{DestinationOperation, DestinationPage};
 use crate::store::types::AuditEntry;
 use crate::store::StoreError;
@@ -74,13 +74,7 @@ async fn refuse_leased<D: Dialect>(
     const LEASED: &str = "SELECT COUNT(*) AS n FROM event_deliveries d
         WHERE d.handler = $1 AND d.status = 'pending' AND d.lease_token IS NOT NULL
           AND EXISTS (SELECT 1 FROM event_leases l WHERE l.token = d.lease_token AND l.expires_at >= $2)";
-    let leased = rows::<D>(conn, LEASED, &[Arg::Str(destination), Arg::I64(now)])
-        .await?
-        .first()
-        .map(|r| D::DB::get_i64(r, "n"))
-        .transpose()
-        .map_err(db)?
-        .unwrap_or(0);
+    let leased = super::count::<D>(conn, LEASED, &[Arg::Str(destination), Arg::I64(now)]).await?;
     if leased > 0 {
         return Err(StoreError::DestinationInUse {
             destination: destination.to_owned(),
@@ -133,10 +127,7 @@ pub(crate) async fn page<D: Dialect>(
     };
     let touched = done.deliveries + done.dead_letters + done.duplicates;
     super::audit::add_to_count::<D>(&mut tx, audit_id, touched).await?;
-    tx.commit().await.map_err(db)?;
-    if D::PROMOTE_AFTER_COMMIT && !again.is_empty() {
-        promote_after_commit::<D>(pool, &again).await?;
-    }
+    commit_and_promote::<D>(tx, pool, &again).await?;
     Ok(done)
 }
 

@@ -9,9 +9,8 @@ use uuid::Uuid;
 
 use super::portable::{portable_execute, portable_fetch};
 use super::{
-    audit, begin_relaxed, chain, db, dead_letters, delivery, gaps, group, inbox, maintenance,
-    operator, promote_after_commit, republish, resolution, retarget, Conn, Dialect, SqlStore,
-    SqlTx,
+    audit, begin_relaxed, chain, commit_and_promote, db, dead_letters, delivery, gaps, group,
+    inbox, maintenance, operator, republish, resolution, retarget, Conn, Dialect, SqlStore, SqlTx,
 };
 use crate::inbox::Origin;
 use crate::store::backend::{
@@ -126,10 +125,7 @@ impl<D: Dialect> Backend for SqlStore<D> {
                     delivery::settle::<D>(&mut tx, token, now, batch, true).await?
                 }
             };
-        tx.commit().await.map_err(db)?;
-        if D::PROMOTE_AFTER_COMMIT && !streams.is_empty() {
-            promote_after_commit::<D>(&self.pool, &streams).await?;
-        }
+        commit_and_promote::<D>(tx, &self.pool, &streams).await?;
         Ok(results)
     }
 
@@ -270,14 +266,11 @@ impl<D: Dialect> ChainStore for SqlStore<D> {
         let (accepted, streams) = gaps::accept_gaps::<D>(&mut tx, ids, audit_id, now).await?;
         let heads = super::append::promote::<D>(&mut tx, &streams).await?;
         audit::add_to_count::<D>(&mut tx, audit_id, accepted.len() as u64).await?;
-        tx.commit().await.map_err(db)?;
         let waiting: Vec<_> = streams
             .into_iter()
             .filter(|s| !heads.contains_key(s))
             .collect();
-        if D::PROMOTE_AFTER_COMMIT && !waiting.is_empty() {
-            promote_after_commit::<D>(&self.pool, &waiting).await?;
-        }
+        commit_and_promote::<D>(tx, &self.pool, &waiting).await?;
         Ok(accepted)
     }
 
@@ -339,10 +332,7 @@ impl<D: Dialect> DeadLetterOperations for SqlStore<D> {
         let mut tx = D::begin(&self.pool).await.map_err(db)?;
         let (entry, streams) =
             dead_letters::resolve::<D>(&mut tx, ids, action, stamp, progress).await?;
-        tx.commit().await.map_err(db)?;
-        if D::PROMOTE_AFTER_COMMIT && !streams.is_empty() {
-            promote_after_commit::<D>(&self.pool, &streams).await?;
-        }
+        commit_and_promote::<D>(tx, &self.pool, &streams).await?;
         Ok(entry)
     }
 

@@ -12,7 +12,7 @@ use uuid::Uuid;
 
 use super::exec::Arg;
 use super::portable::{portable_execute, portable_fetch};
-use super::{append, chain, db, delivery, execute, inbox, promote_after_commit, Conn, Dialect};
+use super::{append, chain, commit_and_promote, db, delivery, execute, inbox, Conn, Dialect};
 use crate::store::backend::{
     AuditStamp, BackendTransaction, ChainLink, InboxDeadLetter, Linked, NewEvent, PlaceQuery,
     SettleResult, Settlement, TakenDeadLetters,
@@ -94,11 +94,7 @@ impl<D: Dialect> BackendTransaction for SqlTx<D> {
                 .extend(runs.into_iter().filter(|r| !heads.contains_key(r)));
         }
         let tx = self.tx.take().expect("committed once");
-        tx.commit().await.map_err(db)?;
-        if D::PROMOTE_AFTER_COMMIT && !self.promote_after_commit.is_empty() {
-            promote_after_commit::<D>(&self.pool, &self.promote_after_commit).await?;
-        }
-        Ok(())
+        commit_and_promote::<D>(tx, &self.pool, &self.promote_after_commit).await
     }
 
     async fn rollback(mut self: Box<Self>) -> Result<(), StoreError> {
