@@ -11,6 +11,32 @@ use crate::privacy::Masking;
 use super::format::{count, one_line, print_json, time, time_ms, truncate, Table};
 use super::{App, CliError, Io};
 
+/// The empty table of `dlq list` (with a STATUS column for `--all`), laid out for
+/// `terminal` (its width; `None` off a terminal).
+pub(super) fn dead_letter_table(all: bool, terminal: Option<u16>) -> Table {
+    let mut header = vec!["ID"];
+    if all {
+        header.push("STATUS");
+    }
+    header.extend([
+        "EVENT",
+        "EVENT ID",
+        "HANDLER",
+        "ATTEMPTS",
+        "HOLDS BACK",
+        "REASON",
+        "LAST ERROR",
+        "DEAD AT",
+    ]);
+    Table::new(&header, &["ID", "ATTEMPTS", "HOLDS BACK"], terminal)
+        .wrap(&["LAST ERROR"])
+        .wrap_names(&["EVENT", "HANDLER"])
+        .drop_to_fit(
+            &["EVENT ID", "ATTEMPTS", "HOLDS BACK"],
+            "`dlq show ID` or `--json` shows every field",
+        )
+}
+
 pub(super) async fn list(
     store: &Store,
     app: &App<'_>,
@@ -63,27 +89,7 @@ pub(super) async fn list(
         writeln!(io.out, "no {what}{}", selection(&args))?;
         return show_gaps(store, &args, io).await;
     }
-    let mut header = vec!["ID"];
-    if args.all {
-        header.push("STATUS");
-    }
-    header.extend([
-        "EVENT",
-        "EVENT ID",
-        "HANDLER",
-        "ATTEMPTS",
-        "HOLDS BACK",
-        "REASON",
-        "LAST ERROR",
-        "DEAD AT",
-    ]);
-    let mut table = Table::new(&header, &["ID", "ATTEMPTS", "HOLDS BACK"], io.terminal)
-        .wrap(&["LAST ERROR"])
-        .wrap_names(&["EVENT", "HANDLER"])
-        .drop_to_fit(
-            &["EVENT ID", "ATTEMPTS", "HOLDS BACK"],
-            "`dlq show ID` or `--json` shows every field",
-        );
+    let mut table = dead_letter_table(args.all, io.terminal);
     for d in &letters {
         let mut row = vec![d.id.to_string()];
         if args.all {

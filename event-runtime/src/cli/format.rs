@@ -8,6 +8,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use comfy_table::{presets, CellAlignment, ColumnConstraint, ContentArrangement, Width};
 
 use super::{CliError, Io};
+use crate::store::AuditEntry;
 
 /// A table of the tool's output, laid out by comfy-table, which measures cells by their
 /// display width (a CJK character takes two columns, a combining accent none), so that wide
@@ -287,6 +288,42 @@ pub(super) fn count(n: u64, one: &str, many: &str) -> String {
     }
 }
 
+/// The empty table of deliveries per destination (`events stats`, `events handler list`):
+/// HANDLER, PENDING, COMPLETED, DEAD, then the counts in `more`, UNKNOWN and UNREADABLE only
+/// when some row has them, and PAUSED; every count right-aligned.
+pub(super) fn destination_table(
+    more: &[&'static str],
+    unknown: bool,
+    unreadable: bool,
+    terminal: Option<u16>,
+) -> Table {
+    let mut counts = vec!["PENDING", "COMPLETED", "DEAD"];
+    counts.extend_from_slice(more);
+    if unknown {
+        counts.push("UNKNOWN");
+    }
+    if unreadable {
+        counts.push("UNREADABLE");
+    }
+    let mut header = vec!["HANDLER"];
+    header.extend_from_slice(&counts);
+    header.push("PAUSED");
+    Table::new(&header, &counts, terminal)
+}
+
+/// The line that ends every audited command: `audit #ID: ACTION by ACTOR at TIME: REASON`.
+pub(super) fn audit_line(entry: &AuditEntry, io: &mut Io<'_>) -> Result<(), CliError> {
+    writeln!(
+        io.out,
+        "audit #{}: {} by {} at {}: {}",
+        entry.id,
+        entry.action,
+        entry.actor,
+        time(entry.at),
+        entry.reason
+    )?;
+    Ok(())
+}
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -320,28 +357,7 @@ mod tests {
 
     /// `dlq list --all` as it was drawn 182 columns wide in a 120-column terminal.
     fn dead_letters(width: u16) -> String {
-        let mut t = Table::new(
-            &[
-                "ID",
-                "STATUS",
-                "EVENT",
-                "EVENT ID",
-                "HANDLER",
-                "ATTEMPTS",
-                "HOLDS BACK",
-                "REASON",
-                "LAST ERROR",
-                "DEAD AT",
-            ],
-            &["ID", "ATTEMPTS", "HOLDS BACK"],
-            Some(width),
-        )
-        .wrap(&["LAST ERROR"])
-        .wrap_names(&["EVENT", "HANDLER"])
-        .drop_to_fit(
-            &["EVENT ID", "ATTEMPTS", "HOLDS BACK"],
-            "`dlq show ID` has them",
-        );
+        let mut t = super::super::dlq::dead_letter_table(true, Some(width));
         for (id, status, handler) in [
             ("1", "replayed", "billing::handlers::on_order_placed"),
             ("12", "open", "nats-inbox:orders"),
@@ -379,7 +395,9 @@ mod tests {
         let narrow = dead_letters(120);
         assert!(
             narrow.contains("(EVENT ID")
-                && narrow.contains("not shown to fit 120 columns: `dlq show ID` has them"),
+                && narrow.contains(
+                    "not shown to fit 120 columns: `dlq show ID` or `--json` shows every field"
+                ),
             "{narrow}"
         );
         let wide = dead_letters(250);

@@ -10,7 +10,7 @@ use crate::outbox::destination::relay_name;
 use crate::store::{AuditEntry, PausedDestination, Store, BREAKER, OPERATOR};
 
 use super::connect::Target;
-use super::format::{one_line, print_json, time, truncate, Table};
+use super::format::{audit_line, destination_table, one_line, print_json, time, truncate};
 use super::resolve::actor;
 use super::{App, CliError, Io};
 
@@ -108,20 +108,7 @@ pub(super) async fn list(
     let unreadable = rows.iter().any(|r| r.unreadable > 0);
     let unregistered = rows.iter().any(|r| r.registered == Some(false) && !r.relay);
     let relays = rows.iter().any(|r| r.relay);
-    let mut header = vec!["HANDLER", "PENDING", "COMPLETED", "DEAD"];
-    if unknown {
-        header.push("UNKNOWN");
-    }
-    if unreadable {
-        header.push("UNREADABLE");
-    }
-    header.push("PAUSED");
-    let mut table = Table::new(
-        &header,
-        &["PENDING", "COMPLETED", "DEAD", "UNKNOWN", "UNREADABLE"],
-        io.terminal,
-    )
-    .wrap(&["PAUSED"]);
+    let mut table = destination_table(&[], unknown, unreadable, io.terminal).wrap(&["PAUSED"]);
     for r in &rows {
         let mut name = r.handler.clone();
         if r.relay {
@@ -330,19 +317,6 @@ pub(super) async fn resume(
         Some(entry) => audit_line(&entry, io),
         None => Ok(()),
     }
-}
-
-fn audit_line(entry: &AuditEntry, io: &mut Io<'_>) -> Result<(), CliError> {
-    writeln!(
-        io.out,
-        "audit #{}: {} by {} at {}: {}",
-        entry.id,
-        entry.action,
-        entry.actor,
-        time(entry.at),
-        entry.reason
-    )?;
-    Ok(())
 }
 
 async fn operator_pause(store: &Store, name: &str) -> Result<Option<PausedDestination>, CliError> {

@@ -10,7 +10,7 @@ use crate::store::{AuditEntry, DeadLetterFilter, Resolution, RESOLVE_PAGE};
 use super::args::ResolveArgs;
 use super::connect::Target;
 use super::dlq::check_names;
-use super::format::{join_ids, time};
+use super::format::{audit_line, join_ids, time};
 use super::{App, CliError, Io};
 
 /// More rows than this show a progress bar (on a terminal).
@@ -323,19 +323,6 @@ fn report_matching(
         )?;
     }
     audit_line(entry, io)
-}
-
-fn audit_line(entry: &AuditEntry, io: &mut Io<'_>) -> Result<(), CliError> {
-    writeln!(
-        io.out,
-        "audit #{}: {} by {} at {}: {}",
-        entry.id,
-        entry.action,
-        entry.actor,
-        time(entry.at),
-        entry.reason
-    )?;
-    Ok(())
 }
 
 fn selection(args: &ResolveArgs) -> String {

@@ -8,7 +8,7 @@ use crate::store::{DestinationReport, Store, StoreError};
 use event_core::DeliveryMode;
 
 use super::connect::Target;
-use super::format::{count, time};
+use super::format::{audit_line, count};
 use super::handler::is_relay;
 use super::resolve::{actor, confirm};
 use super::{no_registry, App, CliError, Io};
@@ -231,15 +231,5 @@ fn print(
             }
         }
     }
-    let a = &report.audit;
-    writeln!(
-        io.out,
-        "audit #{}: {} by {} at {}: {}",
-        a.id,
-        a.action,
-        a.actor,
-        time(a.at),
-        a.reason
-    )?;
-    Ok(())
+    audit_line(&report.audit, io)
 }

@@ -3,7 +3,7 @@
 
 use crate::store::{AuditEntry, OutboxStats};
 
-use super::format::{count, join_ids, one_line, print_json, time, Table};
+use super::format::{count, destination_table, join_ids, one_line, print_json, time, Table};
 use super::{CliError, Io};
 
 pub(super) fn print_audit(
@@ -103,26 +103,7 @@ pub(super) fn print_stats(
         writeln!(io.out)?;
         let unknown = stats.handlers.iter().any(|h| h.unknown > 0);
         let unreadable = stats.handlers.iter().any(|h| h.unreadable > 0);
-        let mut header = vec!["HANDLER", "PENDING", "COMPLETED", "DEAD", "PURGED"];
-        if unknown {
-            header.push("UNKNOWN");
-        }
-        if unreadable {
-            header.push("UNREADABLE");
-        }
-        header.push("PAUSED");
-        let mut table = Table::new(
-            &header,
-            &[
-                "PENDING",
-                "COMPLETED",
-                "DEAD",
-                "PURGED",
-                "UNKNOWN",
-                "UNREADABLE",
-            ],
-            io.terminal,
-        );
+        let mut table = destination_table(&["PURGED"], unknown, unreadable, io.terminal);
         for h in &stats.handlers {
             let mut row = vec![
                 h.handler.clone(),
