@@ -199,12 +199,12 @@ async fn raw_deliver(store: &Store, batch: i64) -> usize {
                 done += rows.len();
             }};
         }
-        if let Some(pool) = event_runtime::store::sqlite::pool(&store) {
+        if let Some(pool) = event_runtime::store::sqlite::pool(store) {
             batch!(pool, CLAIM_SQLITE);
         } else {
             #[cfg(feature = "postgres")]
             batch!(
-                event_runtime::store::postgres::pool(&store).unwrap(),
+                event_runtime::store::postgres::pool(store).unwrap(),
                 CLAIM_PG
             );
             #[cfg(not(feature = "postgres"))]

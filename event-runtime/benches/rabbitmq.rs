@@ -16,7 +16,7 @@ use event_core::{DomainEvent, Envelope};
 use event_runtime::transport::rabbitmq::{
     AmqpInbox, AmqpRelay, BrokerTopology, RelayConfig, CONTENT_TYPE,
 };
-use event_runtime::{Delivery, Dispatcher, Outbox, OutboxConfig, Store};
+use event_runtime::{Delivery, Dispatcher, Outbox, OutboxConfig};
 use futures_util::StreamExt;
 use lapin::options::{
     BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions,

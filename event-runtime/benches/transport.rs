@@ -11,7 +11,7 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use event_core::{DomainEvent, Envelope};
 use event_runtime::sqlx::{self, PgPool};
 use event_runtime::transport::nats::{NatsRelay, RelayConfig, StreamSpec};
-use event_runtime::{Dispatcher, Outbox, OutboxConfig, Store};
+use event_runtime::{Dispatcher, Outbox, OutboxConfig};
 use serde::{Deserialize, Serialize};
 use tokio::runtime::Runtime;
 use uuid::Uuid;

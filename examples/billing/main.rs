@@ -131,12 +131,12 @@ const INVOICED: &str = "SELECT o.region, l.sales FROM billing_lines l
     JOIN billing_invoices i ON i.order_id = l.order_id";
 
 async fn invoiced(store: &Store) -> Result<Vec<(String, String)>, event_runtime::sqlx::Error> {
-    if let Some(pool) = event_runtime::store::sqlite::pool(&store) {
+    if let Some(pool) = event_runtime::store::sqlite::pool(store) {
         return event_runtime::sqlx::query_as(INVOICED)
             .fetch_all(pool)
             .await;
     }
-    let pool = event_runtime::store::postgres::pool(&store).expect("a SQLite or PostgreSQL store");
+    let pool = event_runtime::store::postgres::pool(store).expect("a SQLite or PostgreSQL store");
     event_runtime::sqlx::query_as(INVOICED)
         .fetch_all(pool)
         .await

@@ -370,11 +370,11 @@ fn databases(test: &str) -> Vec<Db> {
 
 /// Rows of `sql` (two columns, text and integer) on the store's pool.
 async fn pairs(store: &Store, sql: &'static str) -> BTreeMap<String, i64> {
-    let rows: Vec<(String, i64)> = if let Some(p) = event_runtime::store::sqlite::pool(&store) {
+    let rows: Vec<(String, i64)> = if let Some(p) = event_runtime::store::sqlite::pool(store) {
         sqlx::query_as(sql).fetch_all(p).await.unwrap()
     } else {
         sqlx::query_as(sql)
-            .fetch_all(event_runtime::store::postgres::pool(&store).unwrap())
+            .fetch_all(event_runtime::store::postgres::pool(store).unwrap())
             .await
             .unwrap()
     };

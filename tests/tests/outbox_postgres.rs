@@ -93,7 +93,7 @@ enum Handlers {
 }
 
 async fn rows(store: &Store) -> Vec<(String, String, i64)> {
-    let pool = event_runtime::store::postgres::pool(&store).unwrap();
+    let pool = event_runtime::store::postgres::pool(store).unwrap();
     sqlx::query_as("SELECT event_id, parcel, seq FROM tracking ORDER BY id")
         .fetch_all(pool)
         .await

@@ -66,11 +66,10 @@ pub enum StoreError {
     /// the [`DatabaseError`] (its `source()`).
     #[error("database error")]
     Database(#[from] DatabaseError),
-    /// Applying the bundled migrations failed.
-    ///
-    /// As for [`Database`](Self::Database), sqlx's message is printed here, with no source.
-    #[error("migrating the outbox schema failed: {}", sql::migrate_message(.0))]
-    Migrate(sqlx::migrate::MigrateError),
+    /// Applying the bundled migrations failed: the migrator's message (sqlx's, for the SQL
+    /// backends), printed here, with the whole error in [`DatabaseError::backend_error`].
+    #[error("migrating the outbox schema failed: {0}")]
+    Migrate(DatabaseError),
     /// Another commit already recorded this sequence number for the aggregate (optimistic
     /// concurrency: reload the aggregate and retry the command). Names the event whose row
     /// the unique index rejected.
@@ -164,7 +163,7 @@ pub enum StoreError {
 
 impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
-        StoreError::Database(DatabaseError(e))
+        StoreError::Database(DatabaseError::from(e))
     }
 }
 
@@ -172,46 +171,73 @@ impl From<sqlx::Error> for StoreError {
 /// and its error code (`relation "orders" does not exist (code 42P01)`), without sqlx's
 /// `error returned from database: ` prefix and without the `at line N` that sqlx appends to a
 /// PostgreSQL error, which is the line of the *server's* C source that raised it (its
-/// `pg_*.c` file), not a line of the SQL, and only misleads. The whole sqlx error, with the
-/// server's file, line and routine, is [`sqlx`](Self::sqlx) (and `Debug`).
+/// `pg_*.c` file), not a line of the SQL, and only misleads. The backend's whole error (for
+/// the SQL backends a `sqlx::Error`, with the server's file, line and routine) is
+/// [`backend_error`](Self::backend_error) (and `Debug`).
+///
+/// Names no database: a backend outside this crate makes one with [`new`](Self::new).
 #[derive(Debug)]
-pub struct DatabaseError(sqlx::Error);
+pub struct DatabaseError {
+    message: String,
+    code: Option<String>,
+    error: Box<dyn std::error::Error + Send + Sync>,
+}
 
 impl DatabaseError {
-    /// The sqlx error.
-    pub fn sqlx(&self) -> &sqlx::Error {
-        &self.0
+    /// What a backend's driver said: `message` as printed (the database's own words),
+    /// `code` the database's error code if it gave one, `error` the driver's whole error.
+    pub fn new(
+        message: impl Into<String>,
+        code: Option<String>,
+        error: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        DatabaseError {
+            message: message.into(),
+            code,
+            error: error.into(),
+        }
     }
 
-    /// The sqlx error, owned.
-    pub fn into_sqlx(self) -> sqlx::Error {
-        self.0
+    /// The backend's whole error: a `sqlx::Error` from the SQLite and PostgreSQL backends
+    /// (`err.backend_error().downcast_ref::<sqlx::Error>()`).
+    pub fn backend_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        &*self.error
+    }
+
+    /// The backend's whole error, owned.
+    pub fn into_backend_error(self) -> Box<dyn std::error::Error + Send + Sync> {
+        self.error
     }
 
     /// The database's error code when the database refused something (a SQLSTATE on
     /// PostgreSQL, SQLite's extended result code).
-    pub fn code(&self) -> Option<std::borrow::Cow<'_, str>> {
-        self.0.as_database_error().and_then(|db| db.code())
+    pub fn code(&self) -> Option<&str> {
+        self.code.as_deref()
     }
 }
 
 impl From<sqlx::Error> for DatabaseError {
     fn from(e: sqlx::Error) -> Self {
-        DatabaseError(e)
+        let (message, code) = match e.as_database_error() {
+            Some(db) => (db.message().to_owned(), db.code().map(|c| c.into_owned())),
+            None => (sql::sqlx_message(&e), None),
+        };
+        DatabaseError::new(message, code, e)
+    }
+}
+
+impl From<sqlx::migrate::MigrateError> for DatabaseError {
+    fn from(e: sqlx::migrate::MigrateError) -> Self {
+        DatabaseError::new(sql::migrate_message(&e), None, e)
     }
 }
 
 impl std::fmt::Display for DatabaseError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.0.as_database_error() {
-            Some(db) => {
-                f.write_str(db.message())?;
-                match db.code() {
-                    Some(code) => write!(f, " (code {code})"),
-                    None => Ok(()),
-                }
-            }
-            None => std::fmt::Display::fmt(&self.0, f),
+        f.write_str(&self.message)?;
+        match &self.code {
+            Some(code) => write!(f, " (code {code})"),
+            None => Ok(()),
         }
     }
 }

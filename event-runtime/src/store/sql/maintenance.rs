@@ -16,9 +16,7 @@ pub(crate) async fn has_outbox<D: Dialect>(pool: &Pool<D::DB>) -> Result<bool, S
         // Only "no such table" means there is no outbox; a permission error or a lost
         // connection is passed through as it is.
         Err(StoreError::Database(e))
-            if e.sqlx().as_database_error().is_some_and(|e| {
-                e.message().contains("no such table") || e.code().as_deref() == Some("42P01")
-            }) =>
+            if e.to_string().contains("no such table") || e.code() == Some("42P01") =>
         {
             D::why_no_outbox(pool).await.map_err(db)?;
             Ok(false)

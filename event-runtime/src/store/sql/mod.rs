@@ -33,7 +33,7 @@ use std::fmt;
 use sqlx::{Database, Pool};
 
 use self::exec::{Arg, SqlExec};
-use super::StoreError;
+use super::{DatabaseError, StoreError};
 
 /// The connection type of a dialect's driver.
 pub(crate) type Conn<D> = <<D as Dialect>::DB as Database>::Connection;
@@ -71,7 +71,7 @@ pub(crate) fn db(e: sqlx::Error) -> StoreError {
 
 impl From<sqlx::migrate::MigrateError> for StoreError {
     fn from(e: sqlx::migrate::MigrateError) -> Self {
-        StoreError::Migrate(e)
+        StoreError::Migrate(DatabaseError::from(e))
     }
 }
 

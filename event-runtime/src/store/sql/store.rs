@@ -80,10 +80,10 @@ impl<D: Dialect> Backend for SqlStore<D> {
     fn is_conflict(&self, error: &(dyn std::error::Error + 'static)) -> bool {
         event_core::ErrorChain(error).into_iter().any(|e| {
             let sqlx = match e.downcast_ref::<StoreError>() {
-                Some(StoreError::Database(d)) => Some(d.sqlx()),
+                Some(StoreError::Database(d)) => d.backend_error().downcast_ref::<sqlx::Error>(),
                 _ => e
                     .downcast_ref::<DatabaseError>()
-                    .map(DatabaseError::sqlx)
+                    .and_then(|d| d.backend_error().downcast_ref::<sqlx::Error>())
                     .or_else(|| e.downcast_ref::<sqlx::Error>()),
             };
             let db = match sqlx {
