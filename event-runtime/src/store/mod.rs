@@ -222,6 +222,14 @@ fn backend_for(url: &str) -> Result<&'static BackendEntry, StoreError> {
 ///
 /// Cheap to clone (an `Arc`).
 ///
+/// Operators' methods rest on optional capabilities of the backend ([`inspection`](Self::inspection)
+/// for listing, [`dead_letter_operations`](Self::dead_letter_operations) for replay and
+/// purge, [`destination_operations`](Self::destination_operations) for audited pauses,
+/// re-targeting and re-publishing, [`operation_log`](Self::operation_log) for paged
+/// operations, [`partition_leases`](Self::partition_leases) for instance groups). SQLite and
+/// PostgreSQL offer every one; over a backend that lacks one, those methods fail with
+/// [`StoreError::Unsupported`] naming it, before touching anything.
+///
 /// # Examples
 ///
 /// Connecting creates the outbox tables; the application's own tables live in the same
