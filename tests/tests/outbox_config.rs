@@ -3,13 +3,11 @@
 //! envelopes.
 
 mod common;
-#[allow(dead_code)]
-mod conformance;
 
 use std::time::Duration;
 
-use conformance::outbox::*;
 use event_runtime::{Dispatcher, Outbox, OutboxConfig, OutboxError, Store, StoreError};
+use fixtures::*;
 
 #[tokio::test]
 async fn retention_shorter_than_the_retry_horizon_is_a_start_up_error() {
@@ -224,4 +222,138 @@ async fn both_stores(test: &str) -> Vec<Store> {
         stores.push(pg);
     }
     stores
+}
+
+/// The outbox conformance cases' event and handler, for the checks above (the suite's own
+/// are `event_runtime::testing::conformance`'s, not reachable from here).
+#[allow(dead_code)]
+mod fixtures {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+
+    use event_core::{event_handler, DomainEvent, Envelope, EventRecorder, HandlerError};
+    use event_runtime::testing::conformance::SqlFixtures;
+    use event_runtime::{OutboxError, SqlValue, Store, Tx};
+    use serde::{Deserialize, Serialize};
+    use uuid::Uuid;
+
+    /// How the `apply` handler behaves for one event.
+    #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+    pub enum Fail {
+        Never,
+        /// Fails transiently on the first `n` attempts.
+        Transient(u32),
+        /// Panics on the first `n` attempts.
+        Panic(u32),
+        Permanent,
+    }
+
+    #[derive(Debug, Clone, Serialize, Deserialize, DomainEvent)]
+    #[event(name = "account.deposited", version = 1)]
+    pub struct Deposited {
+        #[event(aggregate_id)]
+        pub account: String,
+        pub amount: i64,
+        pub fail: Fail,
+    }
+
+    /// Attempts per event id, across retries.
+    #[derive(Default)]
+    pub struct Attempts(Mutex<HashMap<Uuid, u32>>);
+
+    impl Attempts {
+        fn bump(&self, id: Uuid) -> u32 {
+            let mut m = self.0.lock().unwrap();
+            let n = m.entry(id).or_default();
+            *n += 1;
+            *n
+        }
+    }
+
+    /// After commit: records its effect in the same transaction as the delivery's completion,
+    /// then fails as the event says (so the effect must be rolled back then).
+    #[event_handler(name = "apply")]
+    pub async fn apply(
+        envelope: &Envelope<Deposited>,
+        tx: &mut Tx,
+        attempts: &Attempts,
+    ) -> Result<(), HandlerError> {
+        let e = envelope.event();
+        tx.execute(
+            "INSERT INTO effects (event_id, handler, aggregate, seq) VALUES ($1, 'apply', $2, $3)",
+            &[
+                SqlValue::Text(&envelope.id().to_string()),
+                SqlValue::Text(&e.account),
+                SqlValue::Int(envelope.sequence() as i64),
+            ],
+        )
+        .await?;
+        let n = attempts.bump(envelope.id());
+        match e.fail {
+            Fail::Transient(k) if n <= k => Err(HandlerError::transient_msg(format!(
+                "attempt {n}: downstream busy"
+            ))),
+            Fail::Panic(k) if n <= k => panic!("attempt {n}: handler bug"),
+            Fail::Permanent => Err(HandlerError::permanent_msg("account is closed")),
+            _ => Ok(()),
+        }
+    }
+
+    /// The tables of `apply` and `commit`, on an SQLite store.
+    pub async fn setup(store: &Store) {
+        let effects = SqlFixtures::SQLITE.effects_table.unwrap();
+        let mut tx = store.begin().await.unwrap();
+        tx.execute(effects, &[]).await.unwrap();
+        tx.execute(
+            "CREATE TABLE IF NOT EXISTS ledger (account TEXT NOT NULL, amount BIGINT NOT NULL)",
+            &[],
+        )
+        .await
+        .unwrap();
+        tx.execute(
+            "CREATE TABLE IF NOT EXISTS accounts (account TEXT PRIMARY KEY)",
+            &[],
+        )
+        .await
+        .unwrap();
+        tx.commit().await.unwrap();
+    }
+
+    pub fn deposit(account: &str, amount: i64, fail: Fail) -> Deposited {
+        Deposited {
+            account: account.into(),
+            amount,
+            fail,
+        }
+    }
+
+    /// Commits `events` for one new aggregate, with the application's own write.
+    pub async fn commit(
+        outbox: &event_runtime::Outbox,
+        events: Vec<Deposited>,
+    ) -> Result<Vec<Uuid>, OutboxError> {
+        let mut uow = outbox.begin().await?;
+        let account = events[0].account.clone();
+        uow.tx()
+            .execute(
+                "INSERT INTO accounts (account) VALUES ($1) ON CONFLICT DO NOTHING",
+                &[SqlValue::Text(&account)],
+            )
+            .await?;
+        let mut recorder = EventRecorder::new();
+        for e in events {
+            recorder.record(e);
+        }
+        let ids = recorder.pending().iter().map(|e| e.metadata().id).collect();
+        uow.extend(recorder.take());
+        uow.commit().await?;
+        Ok(ids)
+    }
+
+    pub async fn count(store: &Store, sql: &'static str, args: &[SqlValue<'_>]) -> i64 {
+        let mut tx = store.begin().await.unwrap();
+        let n = tx.fetch_i64(sql, args).await.unwrap().unwrap_or(0);
+        tx.commit().await.unwrap();
+        n
+    }
 }

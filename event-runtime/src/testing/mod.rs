@@ -1,6 +1,7 @@
 //! Test support: an outbox over a temporary SQLite file with a clock the test moves
-//! ([`TestOutbox`], [`ManualClock`], feature `testing`), and the crash-safety suite's fault
-//! points (feature `fault-injection`). Never enable either in production builds.
+//! ([`TestOutbox`], [`ManualClock`], feature `testing`), the store [`conformance`] suite a
+//! backend proves itself with (feature `testing`), and the crash-safety suite's fault points
+//! (feature `fault-injection`). Never enable either in production builds.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -37,6 +38,8 @@
 
 #[cfg(feature = "testing")]
 mod clock;
+#[cfg(feature = "testing")]
+pub mod conformance;
 #[cfg(feature = "fault-injection")]
 mod fault;
 #[cfg(feature = "testing")]

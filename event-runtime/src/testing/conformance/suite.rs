@@ -1,87 +1,26 @@
-//! The conformance suite of the store boundary and the delivery engine: every behaviour the
-//! outbox promises, as one async function per case taking a [`Db`], run by every backend with
-//! one line:
-//!
-//! ```text
-//! conformance_suite!(sqlite, conformance::sqlite);
-//! conformance_suite!(postgres, conformance::postgres);
-//! ```
-//!
-//! (`tests/tests/store_conformance.rs`). A new backend adds a function that opens a fresh
-//! database of its kind — `async fn(&str) -> Option<Db>`, `None` (after saying why) when its
-//! server is not configured — and that one line. A case must not depend on a backend; where
-//! SQL must differ it asks `store.backend_name()`.
+//! [`conformance_suite!`](crate::conformance_suite): one test per case.
 
-pub mod catalog;
-pub mod crash;
-pub mod engine;
-pub mod failure_times;
-pub mod outbox;
-pub mod retarget;
-pub mod retention;
-pub mod unreadable;
-
-use event_runtime::{ConnectOptions, Store};
-
-/// One fresh database of one backend, reopened as often as a case needs (a restarted
-/// process, a second worker pool).
-#[derive(Clone, Debug)]
-pub struct Db {
-    /// `sqlite`, `postgres`: names failures.
-    pub label: &'static str,
-    /// Its URL.
-    pub url: String,
-    /// How to open it (a PostgreSQL schema of its own).
-    pub options: ConnectOptions,
-}
-
-impl Db {
-    /// Opens a new store on the database (migrating it the first time).
-    pub async fn open(&self) -> Store {
-        Store::connect_with(&self.url, &self.options)
-            .await
-            .unwrap_or_else(|e| {
-                panic!(
-                    "{}: cannot open {}: {}",
-                    self.label,
-                    self.url,
-                    event_core::ErrorChain(&e)
-                )
-            })
-    }
-
-    pub fn label(&self) -> &'static str {
-        self.label
-    }
-}
-
-/// A fresh SQLite file.
-pub async fn sqlite(test: &str) -> Option<Db> {
-    Some(Db {
-        label: "sqlite",
-        url: crate::common::sqlite_url(test),
-        options: ConnectOptions::default(),
-    })
-}
-
-/// A fresh schema of the PostgreSQL server of `EVENTS_TEST_POSTGRES_URL`; `None` (said once
-/// per test binary) when it is not set.
-pub async fn postgres(test: &str) -> Option<Db> {
-    let url = crate::common::postgres_url(test)?;
-    Some(Db {
-        label: "postgres",
-        url,
-        options: ConnectOptions::default().schema(crate::common::unique(test)),
-    })
-}
-
-/// Generates one test per conformance case for a backend: `conformance_suite!(name, open)`
-/// where `open: async fn(&str) -> Option<Db>` gives a fresh database (or `None` to skip).
+/// Declares the [conformance suite](crate::testing::conformance) of a store backend:
+/// `conformance_suite!(name, set_up)` expands to a module `name` with one `#[tokio::test]`
+/// per case, each calling `set_up` with the case's name for a fresh
+/// [`TestDatabase`](crate::testing::conformance::TestDatabase) (`None`: the case is skipped).
+///
+/// `set_up` is an `async fn(&str) -> Option<TestDatabase>` in scope where the macro is
+/// invoked, or an absolute path (`crate::backends::open`). The tests run on tokio's
+/// multi-threaded runtime, through this crate's re-export: the calling crate needs neither
+/// tokio's macros nor anything else than `event-runtime` with the feature `testing`.
+///
+/// See [the module documentation](crate::testing::conformance) for an example, what the
+/// set-up returns, and what each family of cases proves.
 #[macro_export]
 macro_rules! conformance_suite {
-    ($backend:ident, $open:path) => {
+    ($backend:ident, $set_up:path $(,)?) => {
         mod $backend {
-            $crate::conformance_suite!(@cases $open;
+            #[allow(unused_imports)]
+            use super::*;
+            use $crate::testing::conformance::cases::tokio as __conformance_tokio;
+
+            $crate::conformance_suite!(@cases $set_up;
                 outbox::committed_events_are_delivered_once_with_their_effects,
                 outbox::an_in_transaction_failure_rolls_back_state_outbox_and_deliveries,
                 outbox::appending_an_event_id_twice_has_one_effect,
@@ -127,14 +66,21 @@ macro_rules! conformance_suite {
             );
         }
     };
-    (@cases $open:path; $($file:ident :: $case:ident),* $(,)?) => {
+    (@cases $set_up:path; $($family:ident :: $case:ident),* $(,)?) => {
         $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            #[__conformance_tokio::test(
+                crate = "__conformance_tokio",
+                flavor = "multi_thread",
+                worker_threads = 2
+            )]
             async fn $case() {
-                let Some(db) = $open(stringify!($case)).await else {
-                    return;
-                };
-                $crate::conformance::$file::$case(&db).await;
+                let db: ::core::option::Option<$crate::testing::conformance::TestDatabase> =
+                    $set_up(::core::stringify!($case)).await;
+                if let ::core::option::Option::Some(db) = db {
+                    let case =
+                        $crate::testing::conformance::cases::Case::new(::core::stringify!($case), db);
+                    $crate::testing::conformance::cases::$family::$case(&case).await;
+                }
             }
         )*
     };

@@ -8,12 +8,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use event_core::Envelope;
-use event_runtime::{Clock, Dispatcher, Outbox, SqlValue, Store};
 
 use super::engine::{
     commit, external, external2, fast, scalar, setup, status_is, Act, Calls, Ticked,
 };
-use super::Db;
+use super::Case;
+use crate::{Clock, Dispatcher, Outbox, SqlValue, Store};
 
 const HOUR_MS: i64 = 3_600_000;
 const DRAIN: Duration = Duration::from_secs(60);
@@ -32,7 +32,7 @@ async fn count(store: &Store, sql: &'static str) -> i64 {
     scalar(store, sql, &[]).await
 }
 
-pub async fn retention_purges_old_rows_in_bounded_steps_and_nothing_else(db: &Db) {
+pub async fn retention_purges_old_rows_in_bounded_steps_and_nothing_else(db: &Case) {
     let label = db.label();
     let calls = Arc::new(Calls::default());
     let clock = Arc::new(Later::default());

@@ -7,39 +7,39 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use event_core::{event_handler, DomainEvent, Envelope, HandlerError};
-use event_runtime::{Dispatcher, Outbox, RetryPolicy, SqlValue, Store};
 use serde::{Deserialize, Serialize};
 
-use super::Db;
+use super::Case;
+use crate::{Dispatcher, Outbox, RetryPolicy, SqlValue, Store};
 
 #[derive(Debug, Clone, Serialize, Deserialize, DomainEvent)]
-#[event(name = "times.failed", version = 1)]
-pub struct Failed {
+#[event(name = "times.failed", version = 1, crate = crate::testing::conformance::unregistered)]
+pub(crate) struct Failed {
     #[event(aggregate_id)]
-    pub stream: String,
+    pub(crate) stream: String,
     /// The first attempt of this event holds the deliveries' write lock for a second from
     /// another transaction before it fails: the settling of every outcome is delayed.
-    pub locks: bool,
+    pub(crate) locks: bool,
 }
 
 /// Takes the database's write lock on the deliveries from a transaction of its own.
-pub struct Locker {
+pub(crate) struct Locker {
     store: Store,
+    /// The backend's statements that take it.
+    lock: &'static [&'static str],
     locked: AtomicBool,
 }
 
 impl Locker {
     /// Holds the lock for `hold` in the background; returns once it is taken.
     async fn hold(&self, hold: Duration) {
-        let store = self.store.clone();
+        let (store, lock) = (self.store.clone(), self.lock);
         let (taken, held) = tokio::sync::oneshot::channel();
         tokio::spawn(async move {
-            // SQLite's transactions take the write lock at BEGIN (IMMEDIATE).
+            // None where beginning a transaction takes the write lock (SQLite: IMMEDIATE).
             let mut tx = store.begin().await.unwrap();
-            if store.backend_name() == "postgres" {
-                tx.execute("LOCK TABLE event_deliveries IN EXCLUSIVE MODE", &[])
-                    .await
-                    .unwrap();
+            for &sql in lock {
+                tx.execute(sql, &[]).await.unwrap();
             }
             let _ = taken.send(());
             tokio::time::sleep(hold).await;
@@ -49,8 +49,8 @@ impl Locker {
     }
 }
 
-#[event_handler(name = "times.ext")]
-pub async fn fails(e: &Envelope<Failed>, locker: &Locker) -> Result<(), HandlerError> {
+#[event_handler(name = "times.ext", crate = crate::testing::conformance::unregistered)]
+pub(crate) async fn fails(e: &Envelope<Failed>, locker: &Locker) -> Result<(), HandlerError> {
     if e.event().locks && !locker.locked.swap(true, Ordering::SeqCst) {
         locker.hold(Duration::from_millis(1_000)).await;
     } else {
@@ -61,10 +61,14 @@ pub async fn fails(e: &Envelope<Failed>, locker: &Locker) -> Result<(), HandlerE
     ))
 }
 
-pub async fn a_retry_is_never_due_before_its_recorded_failure(db: &Db) {
+pub async fn a_retry_is_never_due_before_its_recorded_failure(db: &Case) {
+    let Some(lock) = db.lock_deliveries() else {
+        return;
+    };
     let store = db.open().await;
     let locker = Arc::new(Locker {
         store: db.open().await,
+        lock,
         locked: AtomicBool::new(false),
     });
     let outbox = Outbox::builder(store.clone())

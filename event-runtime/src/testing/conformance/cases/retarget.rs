@@ -5,24 +5,24 @@
 //! unregistered new one, and an old one a live worker still holds.
 
 use event_core::{event_handler, DomainEvent, Envelope, EventRecorder, EventUnion, HandlerError};
-use event_runtime::{
-    DeadLetterFilter, Dispatcher, Outbox, OutboxError, Resolution, SqlValue, Store, StoreError, Tx,
-};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::outbox::{count, fast_retries, setup, DRAIN};
-use super::Db;
+use super::Case;
+use crate::{
+    DeadLetterFilter, Dispatcher, Outbox, OutboxError, Resolution, SqlValue, Store, StoreError, Tx,
+};
 
 #[derive(Debug, Clone, Serialize, Deserialize, DomainEvent)]
-#[event(name = "ledger.opened", version = 1)]
+#[event(name = "ledger.opened", version = 1, crate = crate::testing::conformance::unregistered)]
 pub(crate) struct Opened {
     #[event(aggregate_id)]
     pub(crate) account: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, DomainEvent)]
-#[event(name = "ledger.credited", version = 1)]
+#[event(name = "ledger.credited", version = 1, crate = crate::testing::conformance::unregistered)]
 pub(crate) struct Credited {
     #[event(aggregate_id)]
     pub(crate) account: String,
@@ -57,12 +57,12 @@ async fn effect(
 }
 
 /// The release before: one handler per event type.
-#[event_handler(name = "retarget.old_opened")]
+#[event_handler(name = "retarget.old_opened", crate = crate::testing::conformance::unregistered)]
 pub(crate) async fn old_opened(e: &Envelope<Opened>, tx: &mut Tx) -> Result<(), HandlerError> {
     effect(tx, "old_opened", e.id(), &e.event().account, e.sequence()).await
 }
 
-#[event_handler(name = "retarget.old_credited")]
+#[event_handler(name = "retarget.old_credited", crate = crate::testing::conformance::unregistered)]
 pub(crate) async fn old_credited(e: &Envelope<Credited>, tx: &mut Tx) -> Result<(), HandlerError> {
     if e.event().refused {
         return Err(HandlerError::permanent_msg("the old ledger refuses it"));
@@ -71,7 +71,7 @@ pub(crate) async fn old_credited(e: &Envelope<Credited>, tx: &mut Tx) -> Result<
 }
 
 /// The release after: one handler for the whole stream.
-#[event_handler(name = "retarget.summary")]
+#[event_handler(name = "retarget.summary", crate = crate::testing::conformance::unregistered)]
 pub(crate) async fn summary(e: &Envelope<LedgerEvent>, tx: &mut Tx) -> Result<(), HandlerError> {
     let account = match e.event() {
         LedgerEvent::Opened(o) => &o.account,
@@ -84,8 +84,8 @@ const OLD_OPENED: &str = "retarget.old_opened";
 const OLD_CREDITED: &str = "retarget.old_credited";
 const SUMMARY: &str = "retarget.summary";
 
-async fn outbox_with(store: &Store, dispatcher: event_runtime::DispatcherBuilder) -> Outbox {
-    setup(store).await;
+async fn outbox_with(db: &Case, store: &Store, dispatcher: crate::DispatcherBuilder) -> Outbox {
+    setup(store, db).await;
     Outbox::builder(store.clone())
         .dispatcher(dispatcher)
         .config(fast_retries())
@@ -144,10 +144,14 @@ async fn delivery(store: &Store, handler: &str, id: Uuid) -> Option<(String, boo
         .map(|r| (r.get("status").unwrap(), r.get("ready").unwrap()))
 }
 
-pub async fn purging_an_unregistered_handler_removes_only_its_rows_and_is_audited(db: &Db) {
+pub async fn purging_an_unregistered_handler_removes_only_its_rows_and_is_audited(db: &Case) {
+    if db.effects_table().is_none() {
+        return;
+    }
     let label = db.label();
     let store = db.open().await;
     let before = outbox_with(
+        db,
         &store,
         Dispatcher::builder_empty()
             .handler::<old_credited>()
@@ -160,7 +164,7 @@ pub async fn purging_an_unregistered_handler_removes_only_its_rows_and_is_audite
     // q: pending for both.
     let q = commit(&before, "q", &[Some(false)]).await;
 
-    let after = outbox_with(&store, Dispatcher::builder_empty().handler::<summary>()).await;
+    let after = outbox_with(db, &store, Dispatcher::builder_empty().handler::<summary>()).await;
     let left = after.unregistered_destinations().await.unwrap();
     assert_eq!(
         left.iter()
@@ -234,10 +238,14 @@ pub async fn purging_an_unregistered_handler_removes_only_its_rows_and_is_audite
     );
 }
 
-pub async fn retargeting_onto_a_union_handler_merges_runs_in_order_and_skips_duplicates(db: &Db) {
+pub async fn retargeting_onto_a_union_handler_merges_runs_in_order_and_skips_duplicates(db: &Case) {
+    if db.effects_table().is_none() {
+        return;
+    }
     let label = db.label();
     let store = db.open().await;
     let before = outbox_with(
+        db,
         &store,
         Dispatcher::builder_empty()
             .handler::<old_opened>()
@@ -252,6 +260,7 @@ pub async fn retargeting_onto_a_union_handler_merges_runs_in_order_and_skips_dup
     // c: committed during the rolling deploy, when the old credit handler and the union ran
     // side by side: c's credit is a duplicate.
     let mid = outbox_with(
+        db,
         &store,
         Dispatcher::builder_empty()
             .handler::<old_credited>()
@@ -260,7 +269,7 @@ pub async fn retargeting_onto_a_union_handler_merges_runs_in_order_and_skips_dup
     .await;
     let c = commit(&mid, "c", &[None, Some(false)]).await;
 
-    let after = outbox_with(&store, Dispatcher::builder_empty().handler::<summary>()).await;
+    let after = outbox_with(db, &store, Dispatcher::builder_empty().handler::<summary>()).await;
     let credited = after
         .retarget_unregistered(OLD_CREDITED, SUMMARY, "ops", "replaced by the summary")
         .await
@@ -349,16 +358,20 @@ pub async fn retargeting_onto_a_union_handler_merges_runs_in_order_and_skips_dup
     assert_eq!(applied(&store, "summary", "a").await, [2, 3], "{label}");
 }
 
-pub async fn purging_or_retargeting_is_refused_for_live_or_unknown_handlers(db: &Db) {
+pub async fn purging_or_retargeting_is_refused_for_live_or_unknown_handlers(db: &Case) {
+    if db.effects_table().is_none() {
+        return;
+    }
     let label = db.label();
     let store = db.open().await;
     let before = outbox_with(
+        db,
         &store,
         Dispatcher::builder_empty().handler::<old_credited>(),
     )
     .await;
     commit(&before, "r", &[Some(false), Some(false)]).await;
-    let after = outbox_with(&store, Dispatcher::builder_empty().handler::<summary>()).await;
+    let after = outbox_with(db, &store, Dispatcher::builder_empty().handler::<summary>()).await;
 
     let e = after
         .purge_unregistered(SUMMARY, "ops", "x")
@@ -383,6 +396,7 @@ pub async fn purging_or_retargeting_is_refused_for_live_or_unknown_handlers(db: 
     );
     // A handler of other events only: the credits would just be dead-lettered there.
     let other = outbox_with(
+        db,
         &store,
         Dispatcher::builder_empty()
             .handler::<summary>()
@@ -456,11 +470,15 @@ pub async fn purging_or_retargeting_is_refused_for_live_or_unknown_handlers(db: 
     );
 }
 
-pub async fn retargeting_in_pages_resumes_after_an_interruption_with_one_head_per_run(db: &Db) {
-    use event_runtime::store::backend::DestinationOperation;
+pub async fn retargeting_in_pages_resumes_after_an_interruption_with_one_head_per_run(db: &Case) {
+    use crate::store::backend::{AuditStamp, DestinationOperation};
+    if db.effects_table().is_none() {
+        return;
+    }
     let label = db.label();
     let store = db.open().await;
     let before = outbox_with(
+        db,
         &store,
         Dispatcher::builder_empty().handler::<old_credited>(),
     )
@@ -469,7 +487,7 @@ pub async fn retargeting_in_pages_resumes_after_an_interruption_with_one_head_pe
     for account in ["x", "y", "z"] {
         commit(&before, account, &[Some(false); 350]).await;
     }
-    let after = outbox_with(&store, Dispatcher::builder_empty().handler::<summary>()).await;
+    let after = outbox_with(db, &store, Dispatcher::builder_empty().handler::<summary>()).await;
 
     // A re-target that stopped after its first page (a crash between two transactions).
     let op = DestinationOperation {
@@ -478,14 +496,20 @@ pub async fn retargeting_in_pages_resumes_after_an_interruption_with_one_head_pe
         ordered: true,
     };
     let now = chrono::Utc::now().timestamp_millis();
-    let started = store
-        .backend()
-        .start_destination_operation(&op, "ops", "replaced by the summary", now)
+    let operations = store
+        .destination_operations()
+        .expect("the backend offers DestinationOperations");
+    let stamp = AuditStamp {
+        actor: "ops",
+        reason: "replaced by the summary",
+        at: now,
+    };
+    let started = operations
+        .start_destination_operation(&op, &stamp)
         .await
         .unwrap();
-    let first = store
-        .backend()
-        .destination_page(started.id, &op, event_runtime::store::RESOLVE_PAGE, now)
+    let first = operations
+        .destination_page(started.id, &op, crate::store::RESOLVE_PAGE, now)
         .await
         .unwrap();
     assert_eq!((first.selected, first.deliveries), (500, 500), "{label}");
@@ -548,7 +572,7 @@ pub async fn retargeting_in_pages_resumes_after_an_interruption_with_one_head_pe
 }
 
 /// Unordered: every delivery is a run of its own.
-#[event_handler(name = "retarget.export", unordered)]
+#[event_handler(name = "retarget.export", unordered, crate = crate::testing::conformance::unregistered)]
 pub(crate) async fn export(e: &Envelope<LedgerEvent>, tx: &mut Tx) -> Result<(), HandlerError> {
     let account = match e.event() {
         LedgerEvent::Opened(o) => &o.account,
@@ -557,16 +581,20 @@ pub(crate) async fn export(e: &Envelope<LedgerEvent>, tx: &mut Tx) -> Result<(),
     effect(tx, "export", e.id(), account, e.sequence()).await
 }
 
-pub async fn retargeting_onto_an_unordered_handler_makes_each_delivery_ready(db: &Db) {
+pub async fn retargeting_onto_an_unordered_handler_makes_each_delivery_ready(db: &Case) {
+    if db.effects_table().is_none() {
+        return;
+    }
     let label = db.label();
     let store = db.open().await;
     let before = outbox_with(
+        db,
         &store,
         Dispatcher::builder_empty().handler::<old_credited>(),
     )
     .await;
     let ids = commit(&before, "u", &[Some(false), Some(false), Some(false)]).await;
-    let after = outbox_with(&store, Dispatcher::builder_empty().handler::<export>()).await;
+    let after = outbox_with(db, &store, Dispatcher::builder_empty().handler::<export>()).await;
     let report = after
         .retarget_unregistered(OLD_CREDITED, "retarget.export", "ops", "exported instead")
         .await

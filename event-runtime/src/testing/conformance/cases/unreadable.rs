@@ -2,12 +2,15 @@
 //! unreadable by the store's statistics, per handler and in all, instead of staying pending
 //! silently.
 
-use event_runtime::SqlValue;
-
 use super::outbox::{commit, count, deposit, outbox, Fail};
-use super::Db;
+use super::Case;
+use crate::SqlValue;
 
-pub async fn a_delivery_the_engine_cannot_read_is_counted_as_unreadable(db: &Db) {
+pub async fn a_delivery_the_engine_cannot_read_is_counted_as_unreadable(db: &Case) {
+    let (effects, edit) = (db.effects_table(), db.unreadable_delivery());
+    let (Some(_), Some(edit)) = (effects, edit) else {
+        return;
+    };
     let label = db.label();
     let outbox = outbox(db).await;
     let edited = commit(&outbox, vec![deposit("unreadable", 1, Fail::Never)])
@@ -22,13 +25,8 @@ pub async fn a_delivery_the_engine_cannot_read_is_counted_as_unreadable(db: &Db)
 
     // What an operator's hand-edit leaves: SQLite keeps any value in any column (a text
     // time where the engine writes milliseconds); PostgreSQL enforces the column types, so
-    // what is left there is a value the engine never writes (a negative sequence).
-    let edit = match store.backend_name() {
-        "sqlite" => {
-            "UPDATE event_deliveries SET next_attempt_at = '2026-12-01 10:00' WHERE event_id = $1"
-        }
-        _ => "UPDATE event_deliveries SET sequence = -1 WHERE event_id = $1",
-    };
+    // what is left there is a value the engine never writes (a negative sequence). The
+    // backend's fixture says which.
     let mut tx = store.begin().await.unwrap();
     let n = tx
         .execute(edit, &[SqlValue::Text(&edited.to_string())])

@@ -2,11 +2,10 @@
 //! others; reading gives them back by name then version, with their sensitive fields and
 //! schema.
 
-use event_runtime::CatalogRecord;
+use super::Case;
+use crate::CatalogRecord;
 
-use super::Db;
-
-pub async fn the_catalog_is_recorded_by_name_and_version_and_replaced(db: &Db) {
+pub async fn the_catalog_is_recorded_by_name_and_version_and_replaced(db: &Case) {
     let store = db.open().await;
     assert!(store.catalog().await.unwrap().is_empty());
     let schema = serde_json::json!({"type": "object", "properties": {"email": {"type": "string", "x-sensitive": true}}});

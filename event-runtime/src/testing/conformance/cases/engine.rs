@@ -2,8 +2,6 @@
 //! the lease, without a transaction (HTTP, mail), over their time limit, failing with text a
 //! database refuses; hot aggregates; paused and unavailable destinations; shutdown.
 
-#![allow(dead_code)]
-
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -11,20 +9,20 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use event_core::{event_handler, DomainEvent, Envelope, EventDescriptor, HandlerError};
-use event_runtime::{
-    CancellationToken, DeadLetterFilter, Delivery, DeliveryError, Destination, Dispatcher,
-    HandlerOptions, Outbox, OutboxConfig, OutboxError, RetryPolicy, Routing, SqlValue, Store,
-    StoreError, Tx,
-};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 use uuid::Uuid;
 
-use super::Db;
+use super::Case;
+use crate::{
+    CancellationToken, DeadLetterFilter, Delivery, DeliveryError, Destination, Dispatcher,
+    HandlerOptions, Outbox, OutboxConfig, OutboxError, RetryPolicy, Routing, SqlValue, Store,
+    StoreError, Tx,
+};
 
 /// What a handler does with one event.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub enum Act {
+pub(crate) enum Act {
     Ok,
     /// Sleeps this long, every attempt.
     Sleep(u64),
@@ -41,17 +39,17 @@ pub enum Act {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, DomainEvent)]
-#[event(name = "engine.ticked", version = 1)]
-pub struct Ticked {
+#[event(name = "engine.ticked", version = 1, crate = crate::testing::conformance::unregistered)]
+pub(crate) struct Ticked {
     #[event(aggregate_id)]
-    pub stream: String,
-    pub n: u64,
-    pub act: Act,
+    pub(crate) stream: String,
+    pub(crate) n: u64,
+    pub(crate) act: Act,
 }
 
 /// What the handlers saw.
 #[derive(Default)]
-pub struct Calls {
+pub(crate) struct Calls {
     /// Calls per (handler, event id).
     calls: Mutex<HashMap<(&'static str, Uuid), u32>>,
     /// Order of first calls per stream.
@@ -64,11 +62,13 @@ pub struct Calls {
     started: Notify,
     gate: Notify,
     gate_open: AtomicBool,
+    /// The backend's statement that runs for minutes, for [`Act::LongStatement`].
+    long_statement: Option<&'static str>,
 }
 
 impl Calls {
     /// Calls of every handler for event `id`.
-    pub fn of(&self, id: Uuid) -> u32 {
+    pub(crate) fn of(&self, id: Uuid) -> u32 {
         self.calls
             .lock()
             .unwrap()
@@ -79,7 +79,7 @@ impl Calls {
     }
 
     /// Calls of `handler` for event `id`.
-    pub fn of_in(&self, handler: &str, id: Uuid) -> u32 {
+    pub(crate) fn of_in(&self, handler: &str, id: Uuid) -> u32 {
         self.calls
             .lock()
             .unwrap()
@@ -89,7 +89,7 @@ impl Calls {
             .sum()
     }
 
-    pub fn order(&self, stream: &str) -> Vec<u64> {
+    pub(crate) fn order(&self, stream: &str) -> Vec<u64> {
         self.order
             .lock()
             .unwrap()
@@ -98,17 +98,17 @@ impl Calls {
             .unwrap_or_default()
     }
 
-    pub fn max_running(&self) -> usize {
+    pub(crate) fn max_running(&self) -> usize {
         self.max_running.load(Ordering::SeqCst)
     }
 
-    pub fn open_gate(&self) {
+    pub(crate) fn open_gate(&self) {
         self.gate_open.store(true, Ordering::SeqCst);
         self.gate.notify_waiters();
     }
 
     /// Waits until some handler call has started.
-    pub async fn started(&self) {
+    pub(crate) async fn started(&self) {
         tokio::time::timeout(Duration::from_secs(20), self.started.notified())
             .await
             .expect("a handler started");
@@ -183,8 +183,12 @@ impl Calls {
 }
 
 /// Takes the transaction: writes its effect, then acts.
-#[event_handler(name = "engine.tx")]
-pub async fn in_tx(e: &Envelope<Ticked>, tx: &mut Tx, calls: &Calls) -> Result<(), HandlerError> {
+#[event_handler(name = "engine.tx", crate = crate::testing::conformance::unregistered)]
+pub(crate) async fn in_tx(
+    e: &Envelope<Ticked>,
+    tx: &mut Tx,
+    calls: &Calls,
+) -> Result<(), HandlerError> {
     let attempt = calls.enter("tx", e);
     tx.execute(
         "INSERT INTO engine_effects (event_id, handler) VALUES ($1, 'tx')",
@@ -192,7 +196,7 @@ pub async fn in_tx(e: &Envelope<Ticked>, tx: &mut Tx, calls: &Calls) -> Result<(
     )
     .await?;
     let result = if e.event().act == Act::LongStatement && attempt == 1 {
-        long_statement(tx).await
+        long_statement(tx, calls).await
     } else {
         calls.act(e, attempt).await
     };
@@ -201,8 +205,8 @@ pub async fn in_tx(e: &Envelope<Ticked>, tx: &mut Tx, calls: &Calls) -> Result<(
 }
 
 /// Takes no transaction (an HTTP call, a mail): acts.
-#[event_handler(name = "engine.ext")]
-pub async fn external(e: &Envelope<Ticked>, calls: &Calls) -> Result<(), HandlerError> {
+#[event_handler(name = "engine.ext", crate = crate::testing::conformance::unregistered)]
+pub(crate) async fn external(e: &Envelope<Ticked>, calls: &Calls) -> Result<(), HandlerError> {
     let attempt = calls.enter("ext", e);
     let result = calls.act(e, attempt).await;
     calls.leave(e);
@@ -211,22 +215,21 @@ pub async fn external(e: &Envelope<Ticked>, calls: &Calls) -> Result<(), Handler
 
 /// A second handler without a transaction, to show that one destination's trouble leaves the
 /// others alone.
-#[event_handler(name = "engine.ext2")]
-pub async fn external2(_: &Envelope<Ticked>) -> Result<(), HandlerError> {
+#[event_handler(name = "engine.ext2", crate = crate::testing::conformance::unregistered)]
+pub(crate) async fn external2(_: &Envelope<Ticked>) -> Result<(), HandlerError> {
     Ok(())
 }
 
-async fn long_statement(tx: &mut Tx) -> Result<(), HandlerError> {
+async fn long_statement(tx: &mut Tx, calls: &Calls) -> Result<(), HandlerError> {
     // Minutes of work for the database, whichever it is.
-    let sql = match tx.postgres().is_some() {
-        true => "SELECT CAST(COUNT(*) AS BIGINT) FROM (SELECT pg_sleep(120)) s",
-        false => "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 100000000000) SELECT COUNT(*) FROM c",
-    };
+    let sql = calls
+        .long_statement
+        .expect("the case gives the backend's long statement");
     tx.fetch_i64(sql, &[]).await?;
     Ok(())
 }
 
-pub async fn setup(store: &Store) {
+pub(crate) async fn setup(store: &Store) {
     let mut tx = store.begin().await.unwrap();
     tx.execute(
         "CREATE TABLE IF NOT EXISTS engine_effects (event_id TEXT NOT NULL, handler TEXT NOT NULL)",
@@ -237,7 +240,7 @@ pub async fn setup(store: &Store) {
     tx.commit().await.unwrap();
 }
 
-pub fn fast() -> OutboxConfig {
+pub(crate) fn fast() -> OutboxConfig {
     OutboxConfig::default()
         .retry(RetryPolicy {
             max_attempts: 4,
@@ -250,11 +253,11 @@ pub fn fast() -> OutboxConfig {
 
 /// An outbox over `db` with the handlers of `dispatcher`, `calls` as a resource and the
 /// [`fast`] configuration, `configure` applied last (a later `.config(…)` replaces it).
-pub async fn outbox_with(
-    db: &Db,
+pub(crate) async fn outbox_with(
+    db: &Case,
     calls: &Arc<Calls>,
-    dispatcher: event_runtime::DispatcherBuilder,
-    configure: impl FnOnce(event_runtime::OutboxBuilder) -> event_runtime::OutboxBuilder,
+    dispatcher: crate::DispatcherBuilder,
+    configure: impl FnOnce(crate::OutboxBuilder) -> crate::OutboxBuilder,
 ) -> Outbox {
     let store = db.open().await;
     setup(&store).await;
@@ -266,7 +269,7 @@ pub async fn outbox_with(
 }
 
 /// An outbox over `db` with the three handlers of this file.
-pub async fn outbox(db: &Db, calls: &Arc<Calls>, config: OutboxConfig) -> Outbox {
+pub(crate) async fn outbox(db: &Case, calls: &Arc<Calls>, config: OutboxConfig) -> Outbox {
     let handlers = Dispatcher::builder_empty()
         .handler::<in_tx>()
         .handler::<external>()
@@ -275,7 +278,7 @@ pub async fn outbox(db: &Db, calls: &Arc<Calls>, config: OutboxConfig) -> Outbox
 }
 
 /// Commits events `acts` for `stream`, sequenced from `first`.
-pub async fn commit(outbox: &Outbox, stream: &str, first: u64, acts: Vec<Act>) -> Vec<Uuid> {
+pub(crate) async fn commit(outbox: &Outbox, stream: &str, first: u64, acts: Vec<Act>) -> Vec<Uuid> {
     let mut uow = outbox.begin().await.unwrap();
     let mut ids = Vec::new();
     for (i, act) in acts.into_iter().enumerate() {
@@ -293,7 +296,7 @@ pub async fn commit(outbox: &Outbox, stream: &str, first: u64, acts: Vec<Act>) -
     ids
 }
 
-pub async fn scalar(store: &Store, sql: &'static str, args: &[SqlValue<'_>]) -> i64 {
+pub(crate) async fn scalar(store: &Store, sql: &'static str, args: &[SqlValue<'_>]) -> i64 {
     let mut tx = store.begin().await.unwrap();
     let n = tx.fetch_i64(sql, args).await.unwrap().unwrap_or(0);
     tx.rollback().await.unwrap();
@@ -318,7 +321,7 @@ async fn attempts(store: &Store, handler: &str, id: Uuid) -> i64 {
     .await
 }
 
-pub async fn status_is(store: &Store, handler: &str, id: Uuid, status: &str) -> bool {
+pub(crate) async fn status_is(store: &Store, handler: &str, id: Uuid, status: &str) -> bool {
     scalar(
         store,
         "SELECT COUNT(*) FROM event_deliveries WHERE handler = $1 AND event_id = $2 AND status = $3",
@@ -343,7 +346,7 @@ async fn wait_until(what: &str, mut done: impl AsyncFnMut() -> bool) {
 
 const DRAIN: Duration = Duration::from_secs(60);
 
-pub async fn a_handler_slower_than_the_lease_is_not_taken_over_by_other_workers(db: &Db) {
+pub async fn a_handler_slower_than_the_lease_is_not_taken_over_by_other_workers(db: &Case) {
     // Each delivery runs for 1.5 lease lengths; three workers compete. A lease that is not
     // renewed is taken over and the handler runs again (0.1.0: livelock on PostgreSQL).
     let calls = Arc::new(Calls::default());
@@ -368,15 +371,16 @@ pub async fn a_handler_slower_than_the_lease_is_not_taken_over_by_other_workers(
 }
 
 pub async fn a_worker_that_lost_its_lease_records_nothing_and_undoes_only_what_was_taken_over(
-    db: &Db,
+    db: &Case,
 ) {
     let calls = Arc::new(Calls::default());
     // One worker delivers both aggregates in one claim.
     let config = fast().concurrency(4);
-    // On SQLite a handler inside the batch transaction holds the database's one write lock
-    // while it runs, so nothing else can write (take its delivery over, or drop the lease
-    // row) until it ends: there the case is made with the handlers outside a transaction.
-    let with_tx = db.label() != "sqlite";
+    // Where an open write transaction holds the database's one write lock (SQLite), a handler
+    // inside the batch transaction holds it while it runs, so nothing else can write (take
+    // its delivery over, or drop the lease row) until it ends: there the case is made with
+    // the handlers outside a transaction.
+    let with_tx = db.fixtures().concurrent_writes;
     let open = async |config: OutboxConfig| {
         let store = db.open().await;
         setup(&store).await;
@@ -438,7 +442,7 @@ pub async fn a_worker_that_lost_its_lease_records_nothing_and_undoes_only_what_w
     }
 }
 
-pub async fn a_handler_without_a_transaction_does_not_hold_back_application_writes(db: &Db) {
+pub async fn a_handler_without_a_transaction_does_not_hold_back_application_writes(db: &Case) {
     let calls = Arc::new(Calls::default());
     let store = db.open().await;
     setup(&store).await;
@@ -464,7 +468,7 @@ pub async fn a_handler_without_a_transaction_does_not_hold_back_application_writ
     workers.shutdown(Duration::from_secs(10)).await.unwrap();
 }
 
-pub async fn handlers_without_a_transaction_run_concurrently_across_aggregates(db: &Db) {
+pub async fn handlers_without_a_transaction_run_concurrently_across_aggregates(db: &Case) {
     let calls = Arc::new(Calls::default());
     let outbox = outbox_with(
         db,
@@ -499,7 +503,7 @@ pub async fn handlers_without_a_transaction_run_concurrently_across_aggregates(d
     }
 }
 
-pub async fn a_claim_takes_a_whole_run_of_one_aggregate(db: &Db) {
+pub async fn a_claim_takes_a_whole_run_of_one_aggregate(db: &Case) {
     let calls = Arc::new(Calls::default());
     let outbox = outbox_with(
         db,
@@ -516,7 +520,7 @@ pub async fn a_claim_takes_a_whole_run_of_one_aggregate(db: &Db) {
     assert_eq!(calls.order("hot"), (1..=100).collect::<Vec<u64>>());
 }
 
-pub async fn a_failing_head_uses_no_attempt_of_the_run_behind_it(db: &Db) {
+pub async fn a_failing_head_uses_no_attempt_of_the_run_behind_it(db: &Case) {
     let calls = Arc::new(Calls::default());
     let outbox = outbox_with(
         db,
@@ -547,7 +551,7 @@ pub async fn a_failing_head_uses_no_attempt_of_the_run_behind_it(db: &Db) {
     }
 }
 
-pub async fn a_handler_over_its_time_limit_is_retried(db: &Db) {
+pub async fn a_handler_over_its_time_limit_is_retried(db: &Case) {
     let calls = Arc::new(Calls::default());
     let outbox = outbox_with(
         db,
@@ -571,8 +575,14 @@ pub async fn a_handler_over_its_time_limit_is_retried(db: &Db) {
     assert!(status_is(outbox.store(), "engine.ext", id, "completed").await);
 }
 
-pub async fn a_statement_over_the_time_limit_is_stopped_in_the_database(db: &Db) {
-    let calls = Arc::new(Calls::default());
+pub async fn a_statement_over_the_time_limit_is_stopped_in_the_database(db: &Case) {
+    let Some(long_statement) = db.long_statement() else {
+        return;
+    };
+    let calls = Arc::new(Calls {
+        long_statement: Some(long_statement),
+        ..Calls::default()
+    });
     let outbox = outbox_with(
         db,
         &calls,
@@ -601,7 +611,7 @@ pub async fn a_statement_over_the_time_limit_is_stopped_in_the_database(db: &Db)
     assert_eq!(effects(outbox.store(), id).await, 1, "{}", db.label());
 }
 
-pub async fn an_error_message_with_nul_is_stored_and_the_rest_of_the_batch_completes(db: &Db) {
+pub async fn an_error_message_with_nul_is_stored_and_the_rest_of_the_batch_completes(db: &Case) {
     // PostgreSQL refuses U+0000 in text: 0.1.0 abandoned the whole batch, for ever.
     let calls = Arc::new(Calls::default());
     let outbox = outbox(db, &calls, fast()).await;
@@ -640,32 +650,17 @@ pub async fn an_error_message_with_nul_is_stored_and_the_rest_of_the_batch_compl
     }
 }
 
-pub async fn an_outcome_the_database_refuses_is_dead_lettered_alone(db: &Db) {
+pub async fn an_outcome_the_database_refuses_is_dead_lettered_alone(db: &Case) {
+    let Some(refuse) = db.refuse_dead_letter() else {
+        return;
+    };
     let calls = Arc::new(Calls::default());
     let outbox = outbox(db, &calls, fast()).await;
     // A trigger refuses the dead letter of one delivery: what any database refusal of
     // bookkeeping looks like to the engine.
     let mut tx = outbox.store().begin().await.unwrap();
-    if outbox.store().backend_name() == "postgres" {
-        tx.execute(
-            "CREATE FUNCTION refuse_poison() RETURNS trigger AS $$ BEGIN IF NEW.error_chain LIKE '%poison%' THEN RAISE EXCEPTION 'dead letter refused by the test trigger'; END IF; RETURN NEW; END $$ LANGUAGE plpgsql",
-            &[],
-        )
-        .await
-        .unwrap();
-        tx.execute(
-            "CREATE TRIGGER refuse_poison BEFORE INSERT ON event_dead_letters FOR EACH ROW EXECUTE FUNCTION refuse_poison()",
-            &[],
-        )
-        .await
-        .unwrap();
-    } else {
-        tx.execute(
-            "CREATE TRIGGER refuse_poison BEFORE INSERT ON event_dead_letters WHEN NEW.error_chain LIKE '%poison%' BEGIN SELECT RAISE(ABORT, 'dead letter refused by the test trigger'); END",
-            &[],
-        )
-        .await
-        .unwrap();
+    for &sql in refuse {
+        tx.execute(sql, &[]).await.unwrap();
     }
     tx.commit().await.unwrap();
     let poison = commit(&outbox, "p", 1, vec![Act::Refuse("poison".into())]).await[0];
@@ -698,7 +693,7 @@ pub async fn an_outcome_the_database_refuses_is_dead_lettered_alone(db: &Db) {
     assert_eq!(outbox.store().stats().await.unwrap().pending, 0);
 }
 
-pub async fn a_conflict_names_the_rejected_event(db: &Db) {
+pub async fn a_conflict_names_the_rejected_event(db: &Case) {
     let calls = Arc::new(Calls::default());
     let outbox = outbox(db, &calls, fast()).await;
     commit(&outbox, "k", 1, vec![Act::Ok, Act::Ok, Act::Ok]).await;
@@ -732,7 +727,7 @@ pub async fn a_conflict_names_the_rejected_event(db: &Db) {
     }
 }
 
-pub async fn a_paused_destination_is_not_claimed_and_uses_no_attempts(db: &Db) {
+pub async fn a_paused_destination_is_not_claimed_and_uses_no_attempts(db: &Case) {
     let calls = Arc::new(Calls::default());
     let outbox = outbox_with(
         db,
@@ -841,7 +836,7 @@ impl Destination for Flaky {
     }
 }
 
-pub async fn an_unavailable_destination_pauses_itself_until_it_is_back(db: &Db) {
+pub async fn an_unavailable_destination_pauses_itself_until_it_is_back(db: &Case) {
     let calls = Arc::new(Calls::default());
     let store = db.open().await;
     setup(&store).await;
@@ -883,7 +878,7 @@ pub async fn an_unavailable_destination_pauses_itself_until_it_is_back(db: &Db) 
     assert!(s.paused_destinations().await.unwrap().is_empty());
 }
 
-pub async fn workers_stop_with_the_applications_cancellation_token(db: &Db) {
+pub async fn workers_stop_with_the_applications_cancellation_token(db: &Case) {
     let calls = Arc::new(Calls::default());
     let outbox = outbox(db, &calls, fast()).await;
     let token = CancellationToken::new();
@@ -909,7 +904,7 @@ pub async fn workers_stop_with_the_applications_cancellation_token(db: &Db) {
     }
 }
 
-pub async fn an_aborted_shutdown_gives_its_deliveries_back_at_once(db: &Db) {
+pub async fn an_aborted_shutdown_gives_its_deliveries_back_at_once(db: &Case) {
     let calls = Arc::new(Calls::default());
     let outbox = outbox_with(
         db,
