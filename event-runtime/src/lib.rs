@@ -196,6 +196,15 @@
 //! What an inbox does with a received batch is transport-neutral: the [`inbox`] core
 //! ([`Outbox::receive`]), which another transport's inbox calls the same way.
 //!
+//! # Other databases
+//! The store is a boundary a third backend implements: the core [`store::Backend`] (with its
+//! supertrait [`store::backend::ChainStore`]) and the optional capabilities
+//! ([`store::backend::Inspection`] and its siblings) an operator's tool uses. Wrap it with
+//! [`Store::from_backend`] and prove it with one line of the conformance suite
+//! (`event_runtime::conformance_suite!`, module `testing::conformance`, feature `testing`).
+//! What is SQLite's or PostgreSQL's own lives in [`store::sqlite`] and [`store::postgres`]
+//! (a pool of your own, the native connection of a transaction).
+//!
 //! # Operations
 //! The `events` command-line tool (module `cli` and the `events` binary, feature `cli`) lists,
 //! shows, replays and purges dead letters, prints outbox statistics, and — embedded in your

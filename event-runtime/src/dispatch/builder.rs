@@ -5,11 +5,11 @@ use std::any::{Any, TypeId};
 use std::num::NonZeroUsize;
 use std::sync::Arc;
 
-use event_core::{BoundResource, DeliveryMode, DomainEvent, HandlerCall};
+use event_core::{BoundResource, DeliveryMode, DomainEvent, HandlerCall, HandlerDescriptor};
 
 use super::dispatcher::{Dispatcher, Inner};
 use super::guard::IdempotencyGuard;
-use super::registry::{RegistryBuilder, RegistryError, TypeIdMap};
+use super::registry::{Registry, RegistryBuilder, RegistryError, TypeIdMap};
 use super::report::HandlerNames;
 use super::table::{BoundHandler, Route, TypeTable};
 use crate::schema::validate::SchemaValidator;
@@ -127,64 +127,16 @@ impl DispatcherBuilder {
         };
         let mut handlers = Vec::with_capacity(registry.handlers().len());
         for &descriptor in registry.handlers() {
-            if let Some(tx) = descriptor
-                .transaction
-                .filter(|t| !self.transaction_types.contains(&(t.type_id)()))
-            {
-                return Err(RegistryError::TransactionUnavailable {
-                    handler: descriptor.name,
-                    type_name: (tx.type_name)(),
-                });
-            }
-            let resources = descriptor
-                .resources
-                .iter()
-                .map(|r| {
-                    self.resources
-                        .get(&(r.type_id)())
-                        .map(|(_, v)| BoundResource::new(Arc::clone(v)))
-                        .ok_or(RegistryError::MissingResource {
-                            handler: descriptor.name,
-                            type_name: (r.type_name)(),
-                        })
-                })
-                .collect::<Result<_, _>>()?;
-            handlers.push(BoundHandler {
-                index: handlers.len() as u32,
-                call: descriptor.call,
+            let index = handlers.len() as u32;
+            handlers.push(bind(
                 descriptor,
-                resources,
-            });
+                index,
+                &self.resources,
+                &self.transaction_types,
+            )?);
         }
         let routes = (0..registry.events().len())
-            .map(|e| {
-                let all: Vec<BoundHandler> = registry
-                    .handlers_of(e)
-                    .iter()
-                    .map(|&h| handlers[h as usize].clone())
-                    .collect();
-                let (mut phased, after): (Vec<_>, Vec<_>) = all
-                    .iter()
-                    .cloned()
-                    .partition(|h| h.descriptor.mode == DeliveryMode::InTransaction);
-                let in_transaction = phased.len();
-                phased.extend(after);
-                let names = |list: &[BoundHandler]| {
-                    let names: Vec<_> = list.iter().map(|h| h.descriptor.name).collect();
-                    HandlerNames::intern(&names)
-                };
-                Route {
-                    names: names(&all),
-                    phased_names: names(&phased),
-                    // An older version that must be upcast first takes the slow path too: the
-                    // check costs the events that need no upcast nothing.
-                    all_sync: registry.upcast_target(e).is_none()
-                        && all.iter().all(|h| matches!(h.call, HandlerCall::Sync(_))),
-                    all: all.into_boxed_slice(),
-                    phased: phased.into_boxed_slice(),
-                    in_transaction,
-                }
-            })
+            .map(|e| route(&registry, &handlers, e))
             .collect();
         let types = TypeTable::new(registry.events().iter().map(|e| (e.type_id)()));
         let guard = NonZeroUsize::new(self.guard_capacity).map(IdempotencyGuard::new);
@@ -204,5 +156,75 @@ impl DispatcherBuilder {
                 validator,
             }),
         })
+    }
+}
+
+/// Binds the handler `descriptor`, the `index`-th of the registry, to what it takes from
+/// `resources`; refuses a resource not provided and a transaction type not among
+/// `transaction_types` (those this runtime can provide).
+fn bind(
+    descriptor: &'static HandlerDescriptor,
+    index: u32,
+    resources: &TypeIdMap<(&'static str, Arc<dyn Any + Send + Sync>)>,
+    transaction_types: &[TypeId],
+) -> Result<BoundHandler, RegistryError> {
+    if let Some(tx) = descriptor
+        .transaction
+        .filter(|t| !transaction_types.contains(&(t.type_id)()))
+    {
+        return Err(RegistryError::TransactionUnavailable {
+            handler: descriptor.name,
+            type_name: (tx.type_name)(),
+        });
+    }
+    let resources = descriptor
+        .resources
+        .iter()
+        .map(|r| {
+            resources
+                .get(&(r.type_id)())
+                .map(|(_, v)| BoundResource::new(Arc::clone(v)))
+                .ok_or(RegistryError::MissingResource {
+                    handler: descriptor.name,
+                    type_name: (r.type_name)(),
+                })
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(BoundHandler {
+        index,
+        call: descriptor.call,
+        descriptor,
+        resources,
+    })
+}
+
+/// The route of event `e`: its handlers in order, the same with the `in_transaction` ones
+/// first, and whether a dispatch of it can skip the future.
+fn route(registry: &Registry, handlers: &[BoundHandler], e: usize) -> Route {
+    let all: Vec<BoundHandler> = registry
+        .handlers_of(e)
+        .iter()
+        .map(|&h| handlers[h as usize].clone())
+        .collect();
+    let (mut phased, after): (Vec<_>, Vec<_>) = all
+        .iter()
+        .cloned()
+        .partition(|h| h.descriptor.mode == DeliveryMode::InTransaction);
+    let in_transaction = phased.len();
+    phased.extend(after);
+    let names = |list: &[BoundHandler]| {
+        let names: Vec<_> = list.iter().map(|h| h.descriptor.name).collect();
+        HandlerNames::intern(&names)
+    };
+    Route {
+        names: names(&all),
+        phased_names: names(&phased),
+        // An older version that must be upcast first takes the slow path too: the
+        // check costs the events that need no upcast nothing.
+        all_sync: registry.upcast_target(e).is_none()
+            && all.iter().all(|h| matches!(h.call, HandlerCall::Sync(_))),
+        all: all.into_boxed_slice(),
+        phased: phased.into_boxed_slice(),
+        in_transaction,
     }
 }

@@ -2,12 +2,14 @@
 //! with the application's writes, their in-transaction handlers, and their delivery rows.
 //! Delivers nothing: workers do, after COMMIT.
 
+use std::collections::HashSet;
+
 use event_core::{AnyEnvelope, DeliveryMode, DomainEvent, Envelope};
 
 use super::destination::Target;
 use super::{Outbox, OutboxError};
 use crate::dispatch::dispatcher::Phase;
-use crate::dispatch::{CommitError, DispatchReport};
+use crate::dispatch::{CommitError, DispatchReport, Dispatcher};
 use crate::store::backend::NewEvent;
 use crate::store::Tx;
 
@@ -160,119 +162,25 @@ impl<'o> OutboxUnitOfWork<'o> {
         let outbox = self.outbox;
         let inner = &*outbox.inner;
         let mut tx = self.tx.take().expect("commit takes the transaction once");
-        let mut rows = Vec::with_capacity(self.pending.len());
-        for (envelope, received) in self.pending.iter_mut().zip(&self.received) {
-            if let Some(r) = received {
-                let meta = envelope.metadata();
-                // The same limits as an event of this service's own (a received one keeps
-                // the producer's text, in its key's aggregate type).
-                storable(&**envelope, &r.aggregate_type, r.json.len(), inner)?;
-                let routes = inner
-                    .routes
-                    .get(&envelope.event_type_id())
-                    .into_iter()
-                    .flatten()
-                    .filter(|r| {
-                        inner
-                            .destinations
-                            .get(&r.destination)
-                            .is_some_and(|d| !matches!(d.target, Target::External(_)))
-                    })
-                    .cloned()
-                    .collect();
-                rows.push(NewEvent {
-                    event_id: meta.id,
-                    name: envelope.name().to_owned(),
-                    version: envelope.version(),
-                    aggregate_type: r.aggregate_type.clone(),
-                    aggregate_id: meta.aggregate_id.clone(),
-                    sequence: meta.sequence,
-                    occurred_at: meta.occurred_at.timestamp_millis(),
-                    envelope: r.json.clone(),
-                    routes,
-                    origin: r.origin.clone(),
-                });
-                continue;
-            }
-            if let Some(source) = &inner.config.source {
-                if envelope.metadata().source == event_core::DEFAULT_SOURCE {
-                    envelope.metadata_mut().source = source.clone();
-                }
-            }
-            if let Some(span) = crate::telemetry::stamp(&mut **envelope) {
-                creates.push((envelope.metadata().id, span));
-            }
-            let meta = envelope.metadata();
-            let json = envelope.to_json().map_err(|source| OutboxError::Encode {
-                event_id: meta.id,
-                name: envelope.name(),
-                source,
-            })?;
-            storable(&**envelope, &meta.aggregate_type, json.len(), inner)?;
-            rows.push(NewEvent {
-                event_id: meta.id,
-                name: envelope.name().to_owned(),
-                version: envelope.version(),
-                aggregate_type: meta.aggregate_type.clone(),
-                aggregate_id: meta.aggregate_id.clone(),
-                sequence: meta.sequence,
-                occurred_at: meta.occurred_at.timestamp_millis(),
-                envelope: json,
-                routes: inner
-                    .routes
-                    .get(&envelope.event_type_id())
-                    .cloned()
-                    .unwrap_or_default(),
-                origin: None,
-            });
-        }
-        // An event id added twice to this unit of work is one event: the first is appended,
-        // the others are duplicates, as an id already in the outbox is (no second
-        // in-transaction run, no second delivery, no conflict with itself).
-        let mut seen = std::collections::HashSet::with_capacity(rows.len());
-        let first: Vec<bool> = rows.iter().map(|r| seen.insert(r.event_id)).collect();
-        let rows: Vec<NewEvent> = rows
-            .into_iter()
-            .zip(&first)
-            .filter_map(|(r, &first)| first.then_some(r))
-            .collect();
+        let rows = self.event_rows(creates)?;
+        let (rows, first) = first_of_each_id(rows);
         let now = inner.clock.now_ms();
         let new_ids = tx.backend().append_events(&rows, now).await?;
-        let mut report = CommitReport::default();
-        let mut new_rows = Vec::with_capacity(new_ids.len());
-        let mut unique = rows.iter().peekable();
-        for (envelope, &first) in self.pending.iter().zip(&first) {
-            let row = match unique.next_if(|_| first) {
-                Some(row) => row,
-                None => {
-                    report.duplicates += 1;
-                    continue;
-                }
-            };
-            if !new_ids.contains(&row.event_id) {
-                report.duplicates += 1;
-                continue;
+        let (new, duplicates) = new_events(&self.pending, &rows, &first, &new_ids);
+        let in_transaction = match dispatch_in_transaction(&inner.dispatcher, &mut tx, &new).await {
+            Ok(reports) => reports,
+            Err(e) => {
+                tx.rollback().await?;
+                return Err(OutboxError::Aborted(Box::new(e)));
             }
-            new_rows.push(row);
-            let dispatched = inner
-                .dispatcher
-                .dispatch_phase(
-                    &**envelope,
-                    Phase::Only(DeliveryMode::InTransaction),
-                    Some(&mut tx),
-                )
-                .await;
-            let dispatched = match CommitError::check(dispatched, &**envelope) {
-                Ok(report) => report,
-                Err(e) => {
-                    tx.rollback().await?;
-                    return Err(OutboxError::Aborted(Box::new(e)));
-                }
-            };
-            report.in_transaction.push(dispatched);
-        }
-        report.appended = new_rows.len();
-        report.appended_ids = new_ids;
+        };
+        let new_rows: Vec<&NewEvent> = new.into_iter().map(|(_, row)| row).collect();
+        let report = CommitReport {
+            appended: new_rows.len(),
+            duplicates,
+            in_transaction,
+            appended_ids: new_ids,
+        };
         tx.backend().insert_deliveries(&new_rows, now).await?;
         let tx = fault!(outbox, BeforeCommit, tx);
         tx.commit().await?;
@@ -280,6 +188,167 @@ impl<'o> OutboxUnitOfWork<'o> {
         inner.wake.notify_waiters();
         Ok(report)
     }
+
+    /// The outbox row of each pending event, in order: a received event as it was received,
+    /// an event of this service's own stamped and encoded.
+    fn event_rows(
+        &mut self,
+        creates: &mut Vec<(uuid::Uuid, tracing::Span)>,
+    ) -> Result<Vec<NewEvent>, OutboxError> {
+        let inner = &*self.outbox.inner;
+        let mut rows = Vec::with_capacity(self.pending.len());
+        for (envelope, received) in self.pending.iter_mut().zip(&self.received) {
+            rows.push(match received {
+                Some(r) => received_row(&**envelope, r, inner)?,
+                None => own_row(envelope, inner, creates)?,
+            });
+        }
+        Ok(rows)
+    }
+}
+
+/// Pairs each pending event the append found new with its row, in the order the events were
+/// added, and counts the others (added twice to this unit of work, or already in the outbox)
+/// as duplicates.
+fn new_events<'p>(
+    pending: &'p [Box<dyn AnyEnvelope>],
+    rows: &'p [NewEvent],
+    first: &[bool],
+    new_ids: &HashSet<uuid::Uuid>,
+) -> (Vec<(&'p dyn AnyEnvelope, &'p NewEvent)>, usize) {
+    let mut new = Vec::with_capacity(new_ids.len());
+    let mut duplicates = 0;
+    let mut unique = rows.iter().peekable();
+    for (envelope, &first) in pending.iter().zip(first) {
+        let row = match unique.next_if(|_| first) {
+            Some(row) => row,
+            None => {
+                duplicates += 1;
+                continue;
+            }
+        };
+        if !new_ids.contains(&row.event_id) {
+            duplicates += 1;
+            continue;
+        }
+        new.push((&**envelope, row));
+    }
+    (new, duplicates)
+}
+
+/// Runs the in-transaction handlers of each new event inside `tx`, event after event; the
+/// first failure stops it (the caller rolls back).
+async fn dispatch_in_transaction(
+    dispatcher: &Dispatcher,
+    tx: &mut Tx,
+    new: &[(&dyn AnyEnvelope, &NewEvent)],
+) -> Result<Vec<DispatchReport>, CommitError> {
+    let mut reports = Vec::new();
+    for &(envelope, _) in new {
+        let dispatched = dispatcher
+            .dispatch_phase(
+                envelope,
+                Phase::Only(DeliveryMode::InTransaction),
+                Some(&mut *tx),
+            )
+            .await;
+        reports.push(CommitError::check(dispatched, envelope)?);
+    }
+    Ok(reports)
+}
+
+/// The outbox row of an event received from another service: its JSON as received, under
+/// its key's aggregate type, routed to local handlers only (never back out through a relay).
+fn received_row(
+    envelope: &dyn AnyEnvelope,
+    r: &Received,
+    inner: &super::Inner,
+) -> Result<NewEvent, OutboxError> {
+    let meta = envelope.metadata();
+    // The same limits as an event of this service's own (a received one keeps
+    // the producer's text, in its key's aggregate type).
+    storable(envelope, &r.aggregate_type, r.json.len(), inner)?;
+    let routes = inner
+        .routes
+        .get(&envelope.event_type_id())
+        .into_iter()
+        .flatten()
+        .filter(|r| {
+            inner
+                .destinations
+                .get(&r.destination)
+                .is_some_and(|d| !matches!(d.target, Target::External(_)))
+        })
+        .cloned()
+        .collect();
+    Ok(NewEvent {
+        event_id: meta.id,
+        name: envelope.name().to_owned(),
+        version: envelope.version(),
+        aggregate_type: r.aggregate_type.clone(),
+        aggregate_id: meta.aggregate_id.clone(),
+        sequence: meta.sequence,
+        occurred_at: meta.occurred_at.timestamp_millis(),
+        envelope: r.json.clone(),
+        routes,
+        origin: r.origin.clone(),
+    })
+}
+
+/// The outbox row of an event of this service's own: stamped with the configured source (when
+/// it still has the default) and its trace context (its create span goes to `creates`), then
+/// encoded and checked.
+fn own_row(
+    envelope: &mut Box<dyn AnyEnvelope>,
+    inner: &super::Inner,
+    creates: &mut Vec<(uuid::Uuid, tracing::Span)>,
+) -> Result<NewEvent, OutboxError> {
+    if let Some(source) = &inner.config.source {
+        if envelope.metadata().source == event_core::DEFAULT_SOURCE {
+            envelope.metadata_mut().source = source.clone();
+        }
+    }
+    if let Some(span) = crate::telemetry::stamp(&mut **envelope) {
+        creates.push((envelope.metadata().id, span));
+    }
+    let meta = envelope.metadata();
+    let json = envelope.to_json().map_err(|source| OutboxError::Encode {
+        event_id: meta.id,
+        name: envelope.name(),
+        source,
+    })?;
+    storable(&**envelope, &meta.aggregate_type, json.len(), inner)?;
+    Ok(NewEvent {
+        event_id: meta.id,
+        name: envelope.name().to_owned(),
+        version: envelope.version(),
+        aggregate_type: meta.aggregate_type.clone(),
+        aggregate_id: meta.aggregate_id.clone(),
+        sequence: meta.sequence,
+        occurred_at: meta.occurred_at.timestamp_millis(),
+        envelope: json,
+        routes: inner
+            .routes
+            .get(&envelope.event_type_id())
+            .cloned()
+            .unwrap_or_default(),
+        origin: None,
+    })
+}
+
+/// Keeps the first row of each event id. An event id added twice to this unit of work is one
+/// event: the first is appended, the others are duplicates, as an id already in the outbox is
+/// (no second in-transaction run, no second delivery, no conflict with itself). Returns the
+/// rows kept and, for each row given, whether it was kept.
+fn first_of_each_id(rows: Vec<NewEvent>) -> (Vec<NewEvent>, Vec<bool>) {
+    let mut seen = HashSet::with_capacity(rows.len());
+    let first: Vec<bool> = rows.iter().map(|r| seen.insert(r.event_id)).collect();
+    let rows = rows
+        .into_iter()
+        .zip(&first)
+        .filter_map(|(r, &first)| first.then_some(r))
+        .collect();
+    (rows, first)
 }
 
 impl Outbox {

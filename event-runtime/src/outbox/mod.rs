@@ -26,12 +26,14 @@ mod breaker;
 pub(crate) mod clock;
 mod commit;
 mod config;
+mod delivery_loop;
 pub(crate) mod destination;
 mod engine;
 mod error;
 mod gauges;
 mod lease;
 pub(crate) mod pause;
+mod resolve;
 mod retention;
 pub(crate) mod retry;
 mod runs;
@@ -44,8 +46,7 @@ use std::any::TypeId;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use event_core::DeliveryMode;
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::Notify;
 
 pub use breaker::CircuitBreaker;
 pub use clock::{Clock, SystemClock};
@@ -57,7 +58,8 @@ pub use retention::PurgeReport;
 pub use text::MAX_ERROR_BYTES;
 pub use workers::Workers;
 
-use self::destination::{Resolved, Target};
+use self::destination::Resolved;
+use self::resolve::Resolver;
 use self::retry::RetryPolicy;
 use crate::dispatch::{Dispatcher, DispatcherBuilder};
 use crate::store::backend::Route;
@@ -262,133 +264,16 @@ impl OutboxBuilder {
     /// options; [`ConfigError::DuplicateDestination`]; [`ConfigError::RetentionTooShort`]
     /// when the retention is not longer than the longest retry horizon.
     pub fn build(self) -> Result<Outbox, OutboxError> {
-        let mut tx_types = vec![TypeId::of::<Tx>()];
-        tx_types.extend(self.store.backend().native_transaction_types());
-        let dispatcher = self
-            .dispatcher
-            .idempotency_capacity(0)
-            .provide_transactions(&tx_types)
-            .build()
-            .map_err(ConfigError::from)?;
-        let c = &self.config;
-        c.validate()?;
-        let resolve = |name: &str, target: Target, own: HandlerOptions| {
-            let o = self.options.get(name).copied().unwrap_or_default();
-            let retry = o.retry.or(own.retry).unwrap_or(c.retry);
-            let timeout = o.timeout.or(own.timeout).unwrap_or(c.handler_timeout);
-            let concurrency = o.concurrency.or(own.concurrency).unwrap_or(c.concurrency);
-            if retry.max_attempts == 0 {
-                return Err(ConfigError::ZeroAttempts(format!("`{name}`")));
-            }
-            for (field, zero) in [
-                ("timeout", timeout.is_zero()),
-                ("concurrency", concurrency == 0),
-            ] {
-                if zero {
-                    return Err(ConfigError::DestinationNotPositive {
-                        destination: name.to_owned(),
-                        field,
-                    });
-                }
-            }
-            let is_relay = matches!(target, Target::External(_));
-            if is_relay && o.circuit_breaker.is_some() {
-                return Err(ConfigError::BreakerOnRelay(name.to_owned()));
-            }
-            if o.circuit_breaker.is_some() && o.no_circuit_breaker {
-                return Err(ConfigError::CircuitBreaker {
-                    of: format!("`{name}`"),
-                    field: "no_circuit_breaker",
-                    rule: "is set beside circuit_breaker: give the handler one or the other",
-                });
-            }
-            let breaker = (!is_relay && !o.no_circuit_breaker)
-                .then_some(o.circuit_breaker.or(c.circuit_breaker))
-                .flatten();
-            if let Some((field, rule)) = breaker.and_then(|b| b.invalid()) {
-                return Err(ConfigError::CircuitBreaker {
-                    of: format!("`{name}`"),
-                    field,
-                    rule,
-                });
-            }
-            Ok(Arc::new(Resolved {
-                name: name.to_owned(),
-                target,
-                retry,
-                timeout,
-                permits: Arc::new(Semaphore::new(concurrency)),
-                breaker,
-            }))
+        let dispatcher = outbox_dispatcher(self.dispatcher, &self.store)?;
+        self.config.validate()?;
+        let resolver = Resolver {
+            config: &self.config,
+            options: &self.options,
+            external: &self.external,
         };
-        let mut destinations: HashMap<String, Arc<Resolved>> = HashMap::new();
-        for (i, h) in dispatcher.registry().handlers().iter().enumerate() {
-            if h.mode != DeliveryMode::AfterCommit {
-                continue;
-            }
-            let target = Target::Handler {
-                index: i as u32,
-                transactional: h.transaction.is_some(),
-            };
-            destinations.insert(
-                h.name.to_owned(),
-                resolve(h.name, target, HandlerOptions::new())?,
-            );
-        }
-        for d in &self.external {
-            let name = d.name().to_owned();
-            if destinations.contains_key(&name) || dispatcher.handler_index(&name).is_some() {
-                return Err(ConfigError::DuplicateDestination(name).into());
-            }
-            let own = HandlerOptions {
-                retry: d.retry_policy(),
-                timeout: d.timeout(),
-                concurrency: d.concurrency(),
-                ..HandlerOptions::new()
-            };
-            let r = resolve(&name, Target::External(Arc::clone(d)), own)?;
-            destinations.insert(name, r);
-        }
-        if let Some(unknown) = self.options.keys().find(|n| !destinations.contains_key(*n)) {
-            return Err(ConfigError::UnknownDestination(unknown.clone()).into());
-        }
-        if c.retry.max_attempts == 0 {
-            return Err(ConfigError::ZeroAttempts("the outbox".into()).into());
-        }
-        let horizon = destinations
-            .values()
-            .map(|d| d.retry.horizon())
-            .chain(std::iter::once(c.retry.horizon()))
-            .max()
-            .unwrap_or_default();
-        if c.retention <= horizon {
-            return Err(ConfigError::RetentionTooShort {
-                retention: c.retention,
-                horizon,
-            }
-            .into());
-        }
-        let registry = dispatcher.registry();
-        let mut routes: HashMap<TypeId, Vec<Route>> = HashMap::new();
-        for event in registry.events() {
-            let mut r: Vec<Route> = registry
-                .handlers_for((event.type_id)())
-                .filter(|h| h.mode == DeliveryMode::AfterCommit)
-                .map(|h| Route {
-                    destination: h.name.to_owned(),
-                    ordered: h.ordered,
-                })
-                .collect();
-            for d in &self.external {
-                if let Some(routing) = d.route(event) {
-                    r.push(Route {
-                        destination: d.name().to_owned(),
-                        ordered: routing.ordered,
-                    });
-                }
-            }
-            routes.insert((event.type_id)(), r);
-        }
+        let destinations = resolver.destinations(&dispatcher)?;
+        resolver.check(&destinations)?;
+        let routes = resolver.routes(dispatcher.registry());
         let mut claimable: Vec<String> = destinations.keys().cloned().collect();
         claimable.sort();
         Ok(Outbox {
@@ -411,6 +296,21 @@ impl OutboxBuilder {
             }),
         })
     }
+}
+
+/// The dispatcher of an outbox: without the idempotency guard (the store deduplicates), and
+/// with the transaction types the store can hand to handlers.
+fn outbox_dispatcher(
+    dispatcher: DispatcherBuilder,
+    store: &Store,
+) -> Result<Dispatcher, ConfigError> {
+    let mut tx_types = vec![TypeId::of::<Tx>()];
+    tx_types.extend(store.backend().native_transaction_types());
+    dispatcher
+        .idempotency_capacity(0)
+        .provide_transactions(&tx_types)
+        .build()
+        .map_err(ConfigError::from)
 }
 
 /// What delivery did: one claim ([`Outbox::deliver_batch`]) or a drain.

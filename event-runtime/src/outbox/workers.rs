@@ -1,22 +1,20 @@
-//! Running the engine: the delivery loop (claim runs while capacity allows, deliver them,
-//! settle), the ways to drive it — one claim ([`Outbox::deliver_batch`]), until idle
-//! ([`Outbox::drain`]), or background [`Workers`] that stop with the application's
-//! `CancellationToken` — and the upkeep one worker does (retention, statistics, run repair,
-//! pauses).
+//! Running the engine: the ways to drive the delivery loop (`delivery_loop.rs`: claim runs
+//! while capacity allows, deliver them, settle) — one claim ([`Outbox::deliver_batch`]),
+//! until idle ([`Outbox::drain`]), or background [`Workers`] that stop with the
+//! application's `CancellationToken` — and the upkeep one worker does (retention,
+//! statistics, run repair, pauses).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use event_core::ErrorChain;
-use tokio::sync::mpsc;
-use tokio::task::{AbortHandle, JoinSet};
+use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::delivery_loop::Mode;
 use super::lease::Lease;
-use super::settle::Tally;
 use super::{BatchReport, Outbox, OutboxError};
-use crate::store::backend::ClaimRequest;
 
 /// How often the upkeep looks for runs whose head was never made ready.
 const REPAIR_EVERY: Duration = Duration::from_secs(30);
@@ -24,17 +22,6 @@ const REPAIR_EVERY: Duration = Duration::from_secs(30);
 const STATS_EVERY: Duration = Duration::from_secs(5);
 /// Purge statements one upkeep pass runs at most (the rest waits for the next pass).
 const PURGE_STEPS_PER_PASS: u64 = 100;
-
-/// What drives a delivery loop.
-#[derive(Clone, Copy)]
-enum Mode {
-    /// One claim, delivered to the end.
-    Once,
-    /// Until nothing can progress, or the deadline.
-    Drain(Instant),
-    /// Until cancelled.
-    Worker,
-}
 
 impl Outbox {
     /// Claims one set of runs of due deliveries, delivers them, and records the outcomes:
@@ -206,179 +193,6 @@ impl Outbox {
         }
     }
 
-    /// The delivery loop under `lease`: claims runs while this worker has capacity, delivers
-    /// handlers that take the transaction in this task and the others in tasks of their own,
-    /// and sends every outcome to a settler that records them as they finish.
-    async fn delivery_loop(
-        &self,
-        lease: &Lease,
-        mode: Mode,
-        cancel: &CancellationToken,
-    ) -> Result<BatchReport, OutboxError> {
-        let inner = &*self.inner;
-        let token = lease.token().to_owned();
-        inner
-            .live_leases
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(token.clone());
-        let _live = LiveLease(self, &token);
-        let (settle, outcomes) = mpsc::unbounded_channel();
-        let tally = Arc::new(Tally::default());
-        let settler = tokio::spawn(self.clone().settler(
-            token.clone(),
-            outcomes,
-            Arc::clone(&tally),
-        ));
-        // Runs stop between deliveries when this is cancelled.
-        let runs_stop = cancel.child_token();
-        let mut external: JoinSet<()> = JoinSet::new();
-        // This worker's runs outside a transaction at once, across destinations.
-        let slots = Arc::new(tokio::sync::Semaphore::new(inner.config.concurrency));
-        let mut report = BatchReport::default();
-        let mut claimed_once = false;
-        let mut last_stats = Instant::now();
-        let result: Result<(), OutboxError> = async {
-            loop {
-                while let Some(done) = external.try_join_next() {
-                    if let Err(e) = done {
-                        tracing::error!(error = %e, "a delivery run task failed");
-                    }
-                }
-                // Runs in flight or waiting for a permit: claim more only when some finished.
-                let capacity = inner.config.concurrency.saturating_sub(external.len());
-                let may_claim = !cancel.is_cancelled()
-                    && capacity > 0
-                    && !(matches!(mode, Mode::Once) && claimed_once);
-                let mut claimed = 0;
-                if may_claim {
-                    claimed_once = true;
-                    let destinations: Vec<String> = inner
-                        .claimable
-                        .iter()
-                        .filter(|d| !self.locally_paused(d))
-                        .cloned()
-                        .collect();
-                    let batch = inner.config.batch_size as usize;
-                    let now = inner.clock.now_ms();
-                    let req = ClaimRequest {
-                        token: &token,
-                        owner: lease.owner(),
-                        lease_expires_at: now + inner.config.lease.as_millis() as i64,
-                        destinations: &destinations,
-                        max_runs: batch,
-                        max_deliveries: batch,
-                        now,
-                    };
-                    // The circuit breakers' probes that are due: one delivery each.
-                    let mut got = self.claim_probes(&token, lease.owner()).await;
-                    match inner.store.backend().claim(&req).await {
-                        Ok(more) => got.extend(more),
-                        Err(e) if matches!(mode, Mode::Worker) => {
-                            tracing::error!(error = %ErrorChain(&e), "claiming deliveries failed; trying again after the poll interval");
-                        }
-                        Err(e) => return Err(e.into()),
-                    }
-                    claimed = got.len();
-                    if claimed > 0 {
-                        lease.mark_written();
-                    }
-                    report.claimed += claimed;
-                    let (mut runs, unknown) = self.runs(got);
-                    self.release_now(&token, &unknown).await?;
-                    self.chain_relay_runs(&mut runs).await;
-                    let (inline, concurrent): (Vec<_>, Vec<_>) =
-                        runs.into_iter().partition(|r| !r.dest.is_external());
-                    for run in concurrent {
-                        external.spawn(self.clone().run_external(
-                            run,
-                            settle.clone(),
-                            runs_stop.clone(),
-                            Arc::clone(&slots),
-                        ));
-                    }
-                    if !inline.is_empty() {
-                        report += self.run_transactional(inline, &token, cancel).await?;
-                    }
-                }
-                if matches!(mode, Mode::Drain(_)) && last_stats.elapsed() >= Duration::from_secs(10)
-                {
-                    last_stats = Instant::now();
-                    inner.store.backend().refresh_statistics().await?;
-                }
-                self.probe_paused().await;
-                if claimed > 0 && !matches!(mode, Mode::Once) {
-                    continue;
-                }
-                match mode {
-                    Mode::Once => {
-                        while let Some(done) = external.join_next().await {
-                            if let Err(e) = done {
-                                tracing::error!(error = %e, "a delivery run task failed");
-                            }
-                        }
-                        return Ok(());
-                    }
-                    Mode::Drain(deadline) => {
-                        if external.is_empty() {
-                            let waiting = inner.store.backend().progressing(&inner.claimable).await?;
-                            if waiting == 0 {
-                                return Ok(());
-                            }
-                            if Instant::now() >= deadline {
-                                return Err(OutboxError::Timeout { pending: waiting });
-                            }
-                            tokio::time::sleep(Duration::from_millis(10)).await;
-                        } else {
-                            tokio::select! {
-                                _ = external.join_next() => {}
-                                _ = tokio::time::sleep(Duration::from_millis(10)) => {}
-                            }
-                        }
-                    }
-                    Mode::Worker => {
-                        if cancel.is_cancelled() {
-                            return Ok(());
-                        }
-                        let wake = inner.wake.notified();
-                        let poll = tokio::time::sleep(inner.config.poll_interval);
-                        if external.is_empty() {
-                            tokio::select! {
-                                _ = wake => {}
-                                _ = poll => {}
-                                _ = cancel.cancelled() => {}
-                            }
-                        } else {
-                            tokio::select! {
-                                _ = external.join_next() => {}
-                                _ = wake => {}
-                                _ = poll => {}
-                                _ = cancel.cancelled() => {}
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        .await;
-        // Whatever ended the loop, the runs in flight finish (or give back what they had not
-        // started) and every outcome is recorded before the lease goes.
-        runs_stop.cancel();
-        while let Some(done) = external.join_next().await {
-            if let Err(e) = done {
-                tracing::error!(error = %e, "a delivery run task failed");
-            }
-        }
-        drop(settle);
-        let recorded = settler.await.unwrap_or(false);
-        tally.add_to(&mut report);
-        result?;
-        if !recorded {
-            return Err(OutboxError::Unrecorded);
-        }
-        Ok(report)
-    }
-
     /// The upkeep of one process's workers: the retention purge, backlog gauges, planner
     /// statistics, repairing runs left without a ready head, and probing paused destinations.
     async fn upkeep(&self, cancel: &CancellationToken) {
@@ -444,20 +258,6 @@ impl Outbox {
                 _ = cancel.cancelled() => {}
             }
         }
-    }
-}
-
-/// Removes a delivery loop's token from the process's live leases when the loop ends.
-struct LiveLease<'a>(&'a Outbox, &'a str);
-
-impl Drop for LiveLease<'_> {
-    fn drop(&mut self) {
-        self.0
-            .inner
-            .live_leases
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|t| t != self.1);
     }
 }
 

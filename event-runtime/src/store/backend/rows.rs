@@ -304,7 +304,7 @@ pub struct ResolutionSelection {
 }
 
 /// A purge or re-target of what a destination left in the store
-/// ([`Backend::start_destination_operation`](super::Backend::start_destination_operation)), stored as JSON in its audit row so that an
+/// ([`DestinationOperations::start_destination_operation`](super::DestinationOperations::start_destination_operation)), stored as JSON in its audit row so that an
 /// interrupted one is continued by the same request.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DestinationOperation {
@@ -330,7 +330,7 @@ impl DestinationOperation {
     }
 }
 
-/// What one page of a [`DestinationOperation`] did ([`Backend::destination_page`](super::Backend::destination_page)), or the
+/// What one page of a [`DestinationOperation`] did ([`DestinationOperations::destination_page`](super::DestinationOperations::destination_page)), or the
 /// sum of the pages.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DestinationPage {
@@ -345,7 +345,7 @@ pub struct DestinationPage {
     pub duplicates: u64,
 }
 
-/// A re-publish of events a relay published already ([`Backend::start_republish`](super::Backend::start_republish)):
+/// A re-publish of events a relay published already ([`DestinationOperations::start_republish`](super::DestinationOperations::start_republish)):
 /// stored as JSON in its audit row, so that an interrupted one is continued by the same
 /// request.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -392,7 +392,7 @@ impl RepublishSelection {
     }
 }
 
-/// How a re-publish starts ([`Backend::start_republish`](super::Backend::start_republish)).
+/// How a re-publish starts ([`DestinationOperations::start_republish`](super::DestinationOperations::start_republish)).
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct RepublishStart {
@@ -405,7 +405,7 @@ pub struct RepublishStart {
     pub dead: u64,
 }
 
-/// What one page of a re-publish did ([`Backend::republish_page`](super::Backend::republish_page)).
+/// What one page of a re-publish did ([`DestinationOperations::republish_page`](super::DestinationOperations::republish_page)).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RepublishPage {
