@@ -127,14 +127,7 @@ pub(crate) async fn progressing<D: Dialect>(
         D::json_text_array("$1")
     );
     let mut conn = pool.acquire().await.map_err(db)?;
-    let r = rows::<D>(&mut conn, &sql, &[Arg::Str(&list)]).await?;
-    let n = r
-        .first()
-        .map(|r| D::DB::get_i64(r, "n"))
-        .transpose()
-        .map_err(db)?
-        .unwrap_or(0);
-    Ok(n.max(0) as u64)
+    super::count::<D>(&mut conn, &sql, &[Arg::Str(&list)]).await
 }
 
 pub(crate) async fn pause<D: Dialect>(pool: &Pool<D::DB>, p: &Pause) -> Result<(), StoreError> {
