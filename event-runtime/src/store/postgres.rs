@@ -103,17 +103,13 @@ async fn connect(url: String, options: ConnectOptions) -> Result<Arc<dyn Backend
 /// A [`Store`] over a PostgreSQL pool you configured yourself (its size, timeouts, TLS): no
 /// migration is applied, call [`Store::migrate`] before the first outbox.
 pub fn store_from_pool(pool: sqlx::PgPool) -> Store {
-    Store::from_backend(Arc::new(SqlStore::<PostgresDialect>::new(pool)))
+    SqlStore::<PostgresDialect>::store(pool)
 }
 
 /// The PostgreSQL pool under `store`; `None` when the store is another backend. For queries
 /// of the application's own that need sqlx (`sqlx::query(..).fetch_all(pool)`).
 pub fn pool(store: &Store) -> Option<&sqlx::PgPool> {
-    store
-        .backend()
-        .as_any()
-        .downcast_ref::<SqlStore<PostgresDialect>>()
-        .map(|s| &s.pool)
+    SqlStore::<PostgresDialect>::pool_of(store)
 }
 
 /// The PostgreSQL connection of the transaction `tx` (`None` on another backend): for SQL the

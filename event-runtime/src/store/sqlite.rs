@@ -122,17 +122,13 @@ fn busy(e: &sqlx::Error) -> bool {
 /// A [`Store`] over an SQLite pool you configured yourself (its size, timeouts, TLS): no
 /// migration is applied, call [`Store::migrate`] before the first outbox.
 pub fn store_from_pool(pool: sqlx::SqlitePool) -> Store {
-    Store::from_backend(Arc::new(SqlStore::<SqliteDialect>::new(pool)))
+    SqlStore::<SqliteDialect>::store(pool)
 }
 
 /// The SQLite pool under `store`; `None` when the store is another backend. For queries
 /// of the application's own that need sqlx (`sqlx::query(..).fetch_all(pool)`).
 pub fn pool(store: &Store) -> Option<&sqlx::SqlitePool> {
-    store
-        .backend()
-        .as_any()
-        .downcast_ref::<SqlStore<SqliteDialect>>()
-        .map(|s| &s.pool)
+    SqlStore::<SqliteDialect>::pool_of(store)
 }
 
 /// The SQLite connection of the transaction `tx` (`None` on another backend): for SQL the

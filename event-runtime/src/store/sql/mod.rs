@@ -50,6 +50,23 @@ pub(crate) struct SqlStore<D: Dialect> {
     pub(crate) pool: Pool<D::DB>,
 }
 
+impl<D: Dialect> SqlStore<D> {
+    /// A [`Store`](crate::Store) over `pool`: what each SQL backend module's
+    /// `store_from_pool` returns.
+    pub(crate) fn store(pool: Pool<D::DB>) -> crate::Store {
+        crate::Store::from_backend(std::sync::Arc::new(SqlStore::<D>::new(pool)))
+    }
+
+    /// The pool under `store` when it is this dialect's.
+    pub(crate) fn pool_of(store: &crate::Store) -> Option<&Pool<D::DB>> {
+        store
+            .backend()
+            .as_any()
+            .downcast_ref::<SqlStore<D>>()
+            .map(|s| &s.pool)
+    }
+}
+
 impl<D: Dialect> fmt::Debug for SqlStore<D> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SqlStore")
