@@ -1,12 +1,27 @@
-//! The store boundary: the two traits a database backend implements ([`Backend`] for the
-//! store, [`BackendTransaction`] for one open transaction) and the rows that cross it. The
-//! delivery engine, the unit of work and the `events` tool talk to a store only through these;
-//! nothing here names a database.
+//! The store boundary: the traits a database backend implements and the rows that cross it.
+//! The delivery engine, the unit of work, the inbox and the `events` tool talk to a store only
+//! through these; nothing here names a database.
+//!
+//! | trait | required | what |
+//! |---|---|---|
+//! | [`Backend`] | yes | the core the engine calls: migrate, begin, claim, renew and drop leases, settle, repair, progress, pauses, the breaker's probe, retention, gauges, catalog |
+//! | [`ChainStore`] | yes (supertrait of `Backend`) | the chain state of the sequence-aware inbox and relay |
+//! | [`BackendTransaction`] | yes | one open transaction: append events, insert deliveries, savepoints, in-transaction settlement, inbox dead letters, chain links, time limits |
+//! | [`Inspection`] | no | dead letters, counts, the audit log, pending envelopes |
+//! | [`DeadLetterOperations`] | no | replay and purge, by ids or paged over a selection |
+//! | [`DestinationOperations`] | no | audited pause/resume, purge, re-target, re-publish |
+//! | [`OperationLog`] | no | audit rows of paged operations |
+//! | [`PartitionLeases`] | no | partition leases of transport instance groups |
+//!
+//! An optional trait is offered by overriding its accessor on [`Backend`]
+//! (`fn inspection(&self) -> Option<&dyn Inspection> { Some(self) }`); without it the
+//! operations built on it fail with [`StoreError::Unsupported`](crate::StoreError::Unsupported)
+//! naming the trait, and everything else works.
 //!
 //! Applications never call these traits: they use [`Store`](crate::Store), [`Tx`] and the
 //! [`Outbox`](crate::Outbox). They are public so that a backend can live outside this crate
-//! and prove itself with the conformance suite (`event_runtime::testing::conformance`,
-//! feature `testing`).
+//! ([`Store::from_backend`](crate::Store::from_backend)) and prove itself with the
+//! conformance suite (`event_runtime::testing::conformance`, feature `testing`).
 //!
 //! # Rules every backend keeps
 //! - **Times** are milliseconds since the Unix epoch (UTC), always passed in by the caller
