@@ -93,9 +93,26 @@
 //! # Skipping
 //! A case is skipped, never failed, when the backend cannot run it here: when `set_up`
 //! returns `None` (say why yourself), when the [`SqlFixtures`] lack a statement the case
-//! needs, and for the crash cases without the feature `fault-injection`. The last two print
-//! a note naming the case, the backend and what is missing on standard error (which `cargo
-//! test` shows even for a passing test); the harness reports the case as passed.
+//! needs, when the backend does not offer an optional capability the case uses (its
+//! accessor, [`Backend::inspection`](crate::store::backend::Backend::inspection) and its
+//! siblings, returns `None`), and for the crash cases without the feature `fault-injection`.
+//! All but the first print a note naming the case, the backend and what is missing on
+//! standard error (which `cargo test` shows even for a passing test); the harness reports the
+//! case as passed.
+//!
+//! A backend that implements only the core ([`Backend`](crate::store::backend::Backend) and
+//! [`ChainStore`](crate::store::backend::ChainStore)) skips these 12 cases, each of which
+//! declares the capabilities it uses as soon as it has opened its store:
+//!
+//! | capabilities | cases |
+//! |---|---|
+//! | `Inspection` | 4: permanent and exhausted failures, unknown and undecodable events (outbox); an error message with NUL, an outcome the database refuses (engine) |
+//! | `Inspection`, `DeadLetterOperations` | 3: replay, a later event waits for a dead letter, purging a dead letter (outbox) |
+//! | `Inspection`, `DestinationOperations` | 1: purging or re-targeting refused (retarget) |
+//! | `Inspection`, `DestinationOperations`, `OperationLog` | 3: purging an unregistered handler, re-targeting in pages, onto an unordered handler (retarget) |
+//! | `Inspection`, `DeadLetterOperations`, `DestinationOperations`, `OperationLog` | 1: re-targeting onto a union handler (retarget) |
+//!
+//! No case uses `PartitionLeases`.
 
 #[doc(hidden)]
 pub mod cases;

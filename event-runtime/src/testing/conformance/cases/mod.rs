@@ -18,9 +18,56 @@ use std::ops::Deref;
 pub use tokio;
 
 use super::TestDatabase;
+use crate::Store;
+
+/// An optional capability of a store's backend (see
+/// [`store::backend`](crate::store::backend)) that a case uses, declared at its start with
+/// [`Case::needs`]: a backend without it skips the case, saying so, instead of failing it with
+/// [`StoreError::Unsupported`](crate::StoreError::Unsupported). Named as the capability's
+/// trait is (and as `Unsupported` names it). No case needs `PartitionLeases`: the suite has no
+/// instance group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Capability {
+    /// [`Inspection`](crate::store::backend::Inspection): dead letters, the audit log,
+    /// undelivered event names (`Store::dead_letters`, `audit_log`, `dead_letter_by_id`,
+    /// `undelivered_event_names`, so `Outbox::retarget_unregistered`).
+    Inspection,
+    /// [`DeadLetterOperations`](crate::store::backend::DeadLetterOperations): replay and
+    /// purge of dead letters (`Store::resolve_dead_letters`).
+    DeadLetterOperations,
+    /// [`DestinationOperations`](crate::store::backend::DestinationOperations): purge and
+    /// re-target of a destination (`Store::purge_destination`, `retarget_destination`, so
+    /// `Outbox::purge_unregistered` and `retarget_unregistered`).
+    DestinationOperations,
+    /// [`OperationLog`](crate::store::backend::OperationLog): finishing a paged operation's
+    /// audit row (the end of every purge and re-target of a destination).
+    OperationLog,
+}
+
+impl Capability {
+    /// Its trait's name.
+    fn name(self) -> &'static str {
+        match self {
+            Capability::Inspection => "Inspection",
+            Capability::DeadLetterOperations => "DeadLetterOperations",
+            Capability::DestinationOperations => "DestinationOperations",
+            Capability::OperationLog => "OperationLog",
+        }
+    }
+
+    /// Whether `store`'s backend offers it.
+    fn offered_by(self, store: &Store) -> bool {
+        match self {
+            Capability::Inspection => store.inspection().is_some(),
+            Capability::DeadLetterOperations => store.dead_letter_operations().is_some(),
+            Capability::DestinationOperations => store.destination_operations().is_some(),
+            Capability::OperationLog => store.operation_log().is_some(),
+        }
+    }
+}
 
 /// One case on the database its set-up gave: the [`TestDatabase`] (which it derefs to) and
-/// the case's name, for the notes of the fixtures it needs.
+/// the case's name, for the notes of the fixtures and capabilities it needs.
 #[derive(Debug)]
 pub struct Case {
     name: &'static str,
@@ -56,6 +103,31 @@ impl Case {
     /// The statement that runs for minutes, or `None` after saying so.
     pub(crate) fn long_statement(&self) -> Option<&'static str> {
         self.supplied("long_statement", self.fixtures().long_statement)
+    }
+
+    /// Whether the backend of `store` (one the case opened) offers every capability of
+    /// `capabilities`; if not, says that the case is skipped, naming the ones missing. A case
+    /// that uses a capability declares it as soon as it has a store:
+    ///
+    /// ```ignore
+    /// if !db.needs(outbox.store(), &[Capability::Inspection]) {
+    ///     return;
+    /// }
+    /// ```
+    pub(crate) fn needs(&self, store: &Store, capabilities: &[Capability]) -> bool {
+        let missing: Vec<&str> = capabilities
+            .iter()
+            .filter(|c| !c.offered_by(store))
+            .map(|c| c.name())
+            .collect();
+        if !missing.is_empty() {
+            self.skipped(&format!(
+                "its backend `{}` does not offer {}",
+                store.backend_name(),
+                missing.join(", ")
+            ));
+        }
+        missing.is_empty()
     }
 
     /// The effects table's DDL, in a helper of a case that checked it

@@ -10,7 +10,7 @@ use event_core::{event_handler, DomainEvent, Envelope, EventRecorder, HandlerErr
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::Case;
+use super::{Capability, Case};
 use crate::{
     DeadLetterFilter, Dispatcher, Outbox, OutboxConfig, OutboxError, Resolution, RetryPolicy,
     SqlValue, Store, StoreError, Tx,
@@ -407,6 +407,9 @@ pub async fn permanent_and_exhausted_failures_go_to_the_dead_letter_queue_untouc
         return;
     }
     let outbox = outbox(db).await;
+    if !db.needs(outbox.store(), &[Capability::Inspection]) {
+        return;
+    }
     let permanent = commit(&outbox, vec![deposit("f1", 1, Fail::Permanent)])
         .await
         .unwrap()[0];
@@ -462,6 +465,12 @@ pub async fn replay_keeps_the_event_id_resets_attempts_and_is_audited(db: &Case)
         return;
     }
     let outbox = outbox(db).await;
+    if !db.needs(
+        outbox.store(),
+        &[Capability::Inspection, Capability::DeadLetterOperations],
+    ) {
+        return;
+    }
     let id = commit(&outbox, vec![deposit("g", 1, Fail::Transient(4))])
         .await
         .unwrap()[0];
@@ -533,6 +542,12 @@ pub async fn later_events_of_an_aggregate_wait_for_a_dead_lettered_earlier_one(d
         return;
     }
     let outbox = outbox(db).await;
+    if !db.needs(
+        outbox.store(),
+        &[Capability::Inspection, Capability::DeadLetterOperations],
+    ) {
+        return;
+    }
     commit(
         &outbox,
         vec![
@@ -587,6 +602,12 @@ pub async fn purging_a_dead_letter_lets_the_aggregate_flow_and_is_audited(db: &C
         return;
     }
     let outbox = outbox(db).await;
+    if !db.needs(
+        outbox.store(),
+        &[Capability::Inspection, Capability::DeadLetterOperations],
+    ) {
+        return;
+    }
     commit(
         &outbox,
         vec![
@@ -627,6 +648,9 @@ pub async fn unknown_event_types_and_undecodable_payloads_are_dead_lettered_with
         return;
     }
     let outbox = outbox(db).await;
+    if !db.needs(outbox.store(), &[Capability::Inspection]) {
+        return;
+    }
     let good = Envelope::new(deposit("j", 1, Fail::Never)).with_sequence(1);
     let mut uow = outbox.begin().await.unwrap();
     uow.add(good.clone());

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::outbox::{count, fast_retries, setup, DRAIN};
-use super::Case;
+use super::{Capability, Case};
 use crate::{
     DeadLetterFilter, Dispatcher, Outbox, OutboxError, Resolution, SqlValue, Store, StoreError, Tx,
 };
@@ -150,6 +150,16 @@ pub async fn purging_an_unregistered_handler_removes_only_its_rows_and_is_audite
     }
     let label = db.label();
     let store = db.open().await;
+    if !db.needs(
+        &store,
+        &[
+            Capability::Inspection,
+            Capability::DestinationOperations,
+            Capability::OperationLog,
+        ],
+    ) {
+        return;
+    }
     let before = outbox_with(
         db,
         &store,
@@ -244,6 +254,17 @@ pub async fn retargeting_onto_a_union_handler_merges_runs_in_order_and_skips_dup
     }
     let label = db.label();
     let store = db.open().await;
+    if !db.needs(
+        &store,
+        &[
+            Capability::Inspection,
+            Capability::DeadLetterOperations,
+            Capability::DestinationOperations,
+            Capability::OperationLog,
+        ],
+    ) {
+        return;
+    }
     let before = outbox_with(
         db,
         &store,
@@ -364,6 +385,12 @@ pub async fn purging_or_retargeting_is_refused_for_live_or_unknown_handlers(db: 
     }
     let label = db.label();
     let store = db.open().await;
+    if !db.needs(
+        &store,
+        &[Capability::Inspection, Capability::DestinationOperations],
+    ) {
+        return;
+    }
     let before = outbox_with(
         db,
         &store,
@@ -477,6 +504,16 @@ pub async fn retargeting_in_pages_resumes_after_an_interruption_with_one_head_pe
     }
     let label = db.label();
     let store = db.open().await;
+    if !db.needs(
+        &store,
+        &[
+            Capability::Inspection,
+            Capability::DestinationOperations,
+            Capability::OperationLog,
+        ],
+    ) {
+        return;
+    }
     let before = outbox_with(
         db,
         &store,
@@ -587,6 +624,16 @@ pub async fn retargeting_onto_an_unordered_handler_makes_each_delivery_ready(db:
     }
     let label = db.label();
     let store = db.open().await;
+    if !db.needs(
+        &store,
+        &[
+            Capability::Inspection,
+            Capability::DestinationOperations,
+            Capability::OperationLog,
+        ],
+    ) {
+        return;
+    }
     let before = outbox_with(
         db,
         &store,
