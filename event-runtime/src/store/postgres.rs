@@ -160,7 +160,8 @@ impl Dialect for PostgresDialect {
         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
         WHERE c.relname = '_sqlx_migrations' AND n.nspname = current_schema()";
 
-    const MIGRATIONS_COLUMNS: &'static str = "(version BIGINT PRIMARY KEY, description TEXT NOT NULL, \
+    const MIGRATIONS_COLUMNS: &'static str =
+        "(version BIGINT PRIMARY KEY, description TEXT NOT NULL, \
          installed_on TIMESTAMPTZ NOT NULL DEFAULT now(), success BOOLEAN NOT NULL, \
          checksum BYTEA NOT NULL, execution_time BIGINT NOT NULL)";
 

@@ -162,7 +162,8 @@ impl Dialect for SqliteDialect {
     const OLD_MIGRATIONS_TABLE: &'static str =
         "SELECT name FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'";
 
-    const MIGRATIONS_COLUMNS: &'static str = "(version BIGINT PRIMARY KEY, description TEXT NOT NULL, \
+    const MIGRATIONS_COLUMNS: &'static str =
+        "(version BIGINT PRIMARY KEY, description TEXT NOT NULL, \
          installed_on TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP, success BOOLEAN NOT NULL, \
          checksum BLOB NOT NULL, execution_time BIGINT NOT NULL)";
 

@@ -211,7 +211,10 @@ pub(crate) async fn adopt_migrations<D: Dialect>(
     tx: &mut Conn<D>,
     versions: &[i64],
 ) -> Result<(), StoreError> {
-    if rows::<D>(tx, D::OLD_MIGRATIONS_TABLE, &[]).await?.is_empty() {
+    if rows::<D>(tx, D::OLD_MIGRATIONS_TABLE, &[])
+        .await?
+        .is_empty()
+    {
         return Ok(());
     }
     // The versions as texts, compared with the column cast to text: the same on every
