@@ -21,8 +21,9 @@ use async_trait::async_trait;
 use event_core::{event_handler, DomainEvent, Envelope, HandlerError};
 use event_runtime::inbox::Origin;
 use event_runtime::store::backend::{
-    ChainStore, ClaimRequest, ClaimedDelivery, Gap, Pause, ProbeClaim, ProbeRequest, PurgeStep,
-    RelayChainKey, RelayChainState, SettleResult, Settlement,
+    ChainStore, ClaimRequest, ClaimedDelivery, DeadLetterOperations, DestinationOperations, Gap,
+    Inspection, Pause, ProbeClaim, ProbeRequest, PurgeStep, RelayChainKey, RelayChainState,
+    SettleResult, Settlement,
 };
 use event_runtime::store::{AuditStamp, Backend, Datum};
 use event_runtime::testing::conformance::{SqlFixtures, TestDatabase};
@@ -33,15 +34,20 @@ use event_runtime::{
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-/// The core of a store and nothing more: every method of `Backend` and `ChainStore` is the
-/// inner store's; every capability accessor keeps its default, `None`.
+/// The core of a store: every method of `Backend` and `ChainStore` is the inner store's.
+/// With `resolving`, it also offers the inner store's `Inspection`, `DeadLetterOperations` and
+/// `DestinationOperations` — but never `OperationLog`, which paged operations need to finish;
+/// without, every capability accessor keeps its default, `None`.
 #[derive(Debug)]
-struct CoreOnly(Store);
+struct CoreOnly {
+    inner: Store,
+    resolving: bool,
+}
 
 impl CoreOnly {
     /// The SQLite backend inside.
     fn inner(&self) -> &dyn Backend {
-        self.0.backend()
+        self.inner.backend()
     }
 }
 
@@ -155,6 +161,22 @@ impl Backend for CoreOnly {
         self.inner().record_catalog(entries, now).await
     }
 
+    fn inspection(&self) -> Option<&dyn Inspection> {
+        self.inner().inspection().filter(|_| self.resolving)
+    }
+
+    fn dead_letter_operations(&self) -> Option<&dyn DeadLetterOperations> {
+        self.inner()
+            .dead_letter_operations()
+            .filter(|_| self.resolving)
+    }
+
+    fn destination_operations(&self) -> Option<&dyn DestinationOperations> {
+        self.inner()
+            .destination_operations()
+            .filter(|_| self.resolving)
+    }
+
     async fn catalog(&self) -> Result<Vec<CatalogRecord>, StoreError> {
         self.inner().catalog().await
     }
@@ -229,8 +251,13 @@ impl ChainStore for CoreOnly {
 
 /// A `CoreOnly` store over the SQLite file of `url`, migrated.
 async fn open(url: &str) -> Result<Store, StoreError> {
+    open_with(url, false).await
+}
+
+/// A `CoreOnly` store over the SQLite file of `url`, migrated, with `resolving` as given.
+async fn open_with(url: &str, resolving: bool) -> Result<Store, StoreError> {
     let inner = Store::connect(url).await?;
-    Ok(Store::from_backend(Arc::new(CoreOnly(inner))))
+    Ok(Store::from_backend(Arc::new(CoreOnly { inner, resolving })))
 }
 
 /// A fresh SQLite file behind a `CoreOnly` backend, for each case of the suite.
@@ -400,5 +427,57 @@ async fn an_outbox_over_the_core_alone_delivers() {
         store.dead_letters(&DeadLetterFilter::default()).await,
         "Inspection",
     );
+    store.close().await;
+}
+
+/// A backend that offers replay and purge but not the audit rows a paged operation finishes
+/// with: the paged operations are refused before their first write, so that no dead letter is
+/// resolved under an audit row nothing can finish.
+#[tokio::test]
+async fn a_capability_missing_midway_is_refused_before_the_first_write() {
+    let store = open_with(&common::sqlite_url("core_only_partial"), true)
+        .await
+        .unwrap();
+    store
+        .query("CREATE TABLE notes (note TEXT NOT NULL, seq BIGINT NOT NULL)")
+        .execute()
+        .await
+        .unwrap();
+    let outbox = Outbox::builder(store.clone())
+        .dispatcher(Dispatcher::builder_empty().handler::<notes>())
+        .build()
+        .unwrap();
+    let mut uow = outbox.begin().await.unwrap();
+    let refused = Written {
+        note: "c".into(),
+        refused: true,
+    };
+    uow.add(Envelope::new(refused).with_sequence(1));
+    uow.commit().await.unwrap();
+    outbox.drain(Duration::from_secs(30)).await.unwrap();
+    let open_letters = DeadLetterFilter::default();
+    assert_eq!(store.dead_letters(&open_letters).await.unwrap().len(), 1);
+
+    assert_unsupported(
+        store
+            .resolve_matching(&open_letters, Resolution::Purge, "ops", "gone", |_| {})
+            .await,
+        "OperationLog",
+    );
+    assert_unsupported(
+        store.purge_destination("notes", "ops", "removed").await,
+        "OperationLog",
+    );
+    // Nothing was resolved, and no audit row was started.
+    assert_eq!(store.dead_letters(&open_letters).await.unwrap().len(), 1);
+    assert!(store.audit_log(10).await.unwrap().is_empty());
+    // What needs no OperationLog still works: a replay by id, audited in one transaction.
+    let id = store.dead_letters(&open_letters).await.unwrap()[0].id;
+    store
+        .resolve_dead_letters(&[id], Resolution::Purge, "ops", "gone")
+        .await
+        .unwrap();
+    assert!(store.dead_letters(&open_letters).await.unwrap().is_empty());
+    assert_eq!(store.audit_log(10).await.unwrap().len(), 1);
     store.close().await;
 }

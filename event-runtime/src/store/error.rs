@@ -28,6 +28,15 @@ pub enum StoreError {
         /// The option.
         option: &'static str,
     },
+    /// An option's value cannot work (a pool of no connections, a schema name PostgreSQL's
+    /// `search_path` cannot hold): refused before connecting, nothing created.
+    #[error("the {option} option cannot be used: {reason}")]
+    InvalidOption {
+        /// The option.
+        option: &'static str,
+        /// Why, and what would work.
+        reason: String,
+    },
     /// Opening an existing outbox, the database (an SQLite file) does not exist.
     #[error("database {url} does not exist")]
     NoSuchDatabase {

@@ -78,8 +78,8 @@ impl Store {
             });
         }
         let selection = serde_json::json!({ "gaps": ids }).to_string();
-        let audit = self
-            .logging()?
+        let log = self.logging()?;
+        let audit = log
             .start_audit(
                 "gap-accept",
                 Some(&selection),
@@ -90,7 +90,7 @@ impl Store {
         for page in wanted.chunks(ACCEPT_PAGE) {
             accepted.extend(store.accept_gaps(page, audit.id, now_ms()).await?);
         }
-        let audit = Some(self.logging()?.finish_operation(audit.id, now_ms()).await?);
+        let audit = Some(log.finish_operation(audit.id, now_ms()).await?);
         Ok(GapAcceptance { audit, accepted })
     }
 }

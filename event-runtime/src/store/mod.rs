@@ -3,11 +3,14 @@
 //! behind its cargo feature. Runs no handler: the delivery engine decides, the store records.
 //!
 //! # Adding a backend
-//! A backend implements [`Backend`] and [`BackendTransaction`] (an sqlx-based one implements
-//! the crate's SQL dialect instead and gets both), declares its URL schemes in one constant,
-//! gets one line in the table of [`Store::connect`]'s backends below and one feature in
-//! `Cargo.toml`, and proves itself with the conformance suite
-//! (`event_runtime::testing::conformance`, one line per backend).
+//! Outside this crate, a backend implements [`Backend`], its supertrait
+//! [`backend::ChainStore`], [`BackendTransaction`] and the optional capabilities it offers
+//! (see [`backend`]), is opened with [`Store::from_backend`], and proves itself with the
+//! conformance suite (`event_runtime::conformance_suite!`, one line); nothing here changes.
+//! Inside it, an sqlx-based one implements the crate's SQL dialect instead and gets every
+//! trait, declares its name and URL schemes once (a `KnownBackend`), gets one line in the
+//! table of [`Store::connect`]'s backends and one feature in `Cargo.toml` (DESIGN.md, "A
+//! third store backend", counts the files).
 //!
 //! # Times
 //! Every time the store writes is milliseconds since the Unix epoch, UTC, as `BIGINT`, given by
@@ -292,13 +295,20 @@ impl Store {
     ///
     /// # Errors
     /// As [`connect`](Self::connect); [`StoreError::UnsupportedOption`] for an option the
-    /// backend does not have; with `create: false`, [`StoreError::NoSuchDatabase`] and
+    /// backend does not have; [`StoreError::InvalidOption`] for `max_connections` 0 or a
+    /// schema name PostgreSQL's `search_path` cannot hold; with `create: false`, [`StoreError::NoSuchDatabase`] and
     /// [`StoreError::NotAnOutbox`].
     ///
     /// # Cancel safety
     /// As [`connect`](Self::connect).
     pub async fn connect_with(url: &str, options: &ConnectOptions) -> Result<Store, StoreError> {
         let entry = backend_for(url)?;
+        if options.max_connections == Some(0) {
+            return Err(StoreError::InvalidOption {
+                option: "max_connections",
+                reason: "a pool needs at least one connection".into(),
+            });
+        }
         let backend = (entry.connect)(url, options).await?;
         let store = Store { backend };
         if options.create {

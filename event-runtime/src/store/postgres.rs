@@ -43,7 +43,33 @@ fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
+/// Refuses a schema name `search_path` cannot hold, before anything is created: an empty one,
+/// one longer than PostgreSQL keeps (63 bytes, `NAMEDATALEN` − 1: a longer one is cut,
+/// silently naming another schema), one with a double quote, a comma or a control character
+/// (`search_path` is a list of names).
+fn check_schema(schema: &str) -> Result<(), StoreError> {
+    let why = if schema.is_empty() {
+        "a schema name cannot be empty"
+    } else if schema.len() > 63 {
+        "PostgreSQL keeps 63 bytes of a name; this one is longer"
+    } else if schema
+        .chars()
+        .any(|c| c == '"' || c == ',' || c.is_control())
+    {
+        "a schema name in search_path cannot hold a double quote, a comma or a control character"
+    } else {
+        return Ok(());
+    };
+    Err(StoreError::InvalidOption {
+        option: "schema",
+        reason: format!("{why} ({schema:?})"),
+    })
+}
+
 async fn connect(url: String, options: ConnectOptions) -> Result<Arc<dyn Backend>, StoreError> {
+    if let Some(schema) = &options.schema {
+        check_schema(schema)?;
+    }
     let mut connect = PgConnectOptions::from_str(&url).map_err(db)?;
     // sqlx's own message repeats its cause: keep the cause alone.
     let unreachable = |e: sqlx::Error| StoreError::Unreachable {

@@ -67,6 +67,8 @@ impl Store {
             )));
         }
         let operations = self.operating()?;
+        // Checked before the first write: it finishes the operation.
+        let log = self.logging()?;
         let start = operations
             .start_republish(selection, &AuditStamp::now(actor, reason))
             .await?;
@@ -90,10 +92,7 @@ impl Store {
                 None => break,
             }
         }
-        let audit = self
-            .logging()?
-            .finish_operation(start.audit.id, now_ms())
-            .await?;
+        let audit = log.finish_operation(start.audit.id, now_ms()).await?;
         Ok(RepublishReport {
             audit,
             republished,

@@ -44,8 +44,10 @@ impl Store {
         reason: &str,
         progress: impl FnMut(u64) + Send,
     ) -> Result<AuditEntry, StoreError> {
-        let start = self
-            .resolving()?
+        // Every capability the whole operation needs, before its first write.
+        let resolving = self.resolving()?;
+        self.logging()?;
+        let start = resolving
             .start_resolution(filter, action, &AuditStamp::now(actor, reason))
             .await?;
         self.resolve_pages(start.entry.id, action, &start.selection, 0, progress)
@@ -67,7 +69,9 @@ impl Store {
         audit_id: i64,
         progress: impl FnMut(u64) + Send,
     ) -> Result<AuditEntry, StoreError> {
-        let Some(op) = self.resolving()?.resolution(audit_id).await? else {
+        let resolving = self.resolving()?;
+        self.logging()?;
+        let Some(op) = resolving.resolution(audit_id).await? else {
             return Err(StoreError::NoSuchResolution { audit_id });
         };
         if op.entry.finished_at.is_some() {

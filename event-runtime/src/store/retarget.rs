@@ -121,6 +121,8 @@ impl Store {
         reason: &str,
     ) -> Result<DestinationReport, StoreError> {
         let operations = self.operating()?;
+        // Checked before the first write: it finishes the operation.
+        let log = self.logging()?;
         let entry = operations
             .start_destination_operation(op, &AuditStamp::now(actor, reason))
             .await?;
@@ -136,7 +138,7 @@ impl Store {
             total.dead_letters += page.dead_letters;
             total.duplicates += page.duplicates;
         }
-        let audit = self.logging()?.finish_operation(entry.id, now_ms()).await?;
+        let audit = log.finish_operation(entry.id, now_ms()).await?;
         Ok(DestinationReport {
             audit,
             deliveries: total.deliveries,

@@ -2,13 +2,17 @@
 //! state every backend keeps ([`ChainStore`], required) and the optional capabilities, each
 //! reached through an accessor of [`Backend`](super::Backend) that returns `None` by default:
 //!
-//! | capability | accessor | who needs it |
+//! | capability | accessor | who needs it (`events` commands, `Store` methods) |
 //! |---|---|---|
-//! | [`Inspection`] | `inspection()` | `events dead-letters list`, `stats`, `audit`, `catalog check` |
-//! | [`DeadLetterOperations`] | `dead_letter_operations()` | `events dead-letters replay/purge` |
-//! | [`DestinationOperations`] | `destination_operations()` | `events destination pause/resume/purge/retarget`, `events relay republish` |
-//! | [`OperationLog`] | `operation_log()` | every paged operation above, `events gaps accept`, NATS re-fetch |
-//! | [`PartitionLeases`] | `partition_leases()` | transport instance groups (`--instances`) |
+//! | [`Inspection`] | `inspection()` | `dlq list/show/audit`, `handler list`, `check`; `Store::dead_letters`, `audit_log`, `pending_envelopes` |
+//! | [`DeadLetterOperations`] | `dead_letter_operations()` | `dlq replay/purge`; `Store::resolve_dead_letters`, `resolve_matching` |
+//! | [`DestinationOperations`] | `destination_operations()` | `handler pause/resume/purge/retarget`, `relay republish`; the `*_audited` pauses, `purge_destination`, `retarget_destination`, `republish` |
+//! | [`OperationLog`] | `operation_log()` | every paged operation above, `inbox gaps accept`, `inbox gaps refetch` |
+//! | [`PartitionLeases`] | `partition_leases()` | transport instance groups (`NatsGroup`, `AmqpGroup`), `nats group status` |
+//!
+//! `outbox stats` and the workers' gauges need only the core. The `events` tool opens the
+//! built-in backends by URL; a backend of your own is operated through [`Store`](crate::Store)'s
+//! methods, which fail with [`StoreError::Unsupported`] naming a capability it lacks.
 //!
 //! Where the later work lands: partition leases of scale-out belong to [`PartitionLeases`];
 //! the trace context operations keep with each event travels in the envelope

@@ -15,13 +15,37 @@
 //!
 //! An optional trait is offered by overriding its accessor on [`Backend`]
 //! (`fn inspection(&self) -> Option<&dyn Inspection> { Some(self) }`); without it the
-//! operations built on it fail with [`StoreError::Unsupported`](crate::StoreError::Unsupported)
+//! operations built on it fail with [`StoreError::Unsupported`]
 //! naming the trait, and everything else works.
 //!
 //! Applications never call these traits: they use [`Store`](crate::Store), [`Tx`] and the
 //! [`Outbox`](crate::Outbox). They are public so that a backend can live outside this crate
 //! ([`Store::from_backend`](crate::Store::from_backend)) and prove itself with the
 //! conformance suite (`event_runtime::testing::conformance`, feature `testing`).
+//!
+//! # Implementing a backend
+//! The traits are `async` through [`async_trait`](macro@async_trait) (re-exported here, with [`Uuid`], so that a
+//! backend's crate needs neither as a dependency of its own):
+//!
+//! ```text
+//! use event_runtime::store::backend::{async_trait, Backend, ChainStore, Inspection};
+//!
+//! #[async_trait]
+//! impl Backend for MyStore { /* the core: migrate, begin, claim, settle, … */
+//!     fn inspection(&self) -> Option<&dyn Inspection> { Some(self) } // offered
+//! }
+//! #[async_trait]
+//! impl ChainStore for MyStore { /* required */ }
+//! #[async_trait]
+//! impl Inspection for MyStore { /* optional */ }
+//!
+//! let store = Store::from_backend(Arc::new(MyStore::new(..)));
+//! ```
+//!
+//! A whole one, delegating to the SQLite store and offering the core only, is
+//! `tests/tests/store_core_only.rs` in this crate's repository; it runs the conformance suite
+//! with one line. Enable the feature `fault-injection` in the backend's dev-dependencies for
+//! the suite's four crash cases, which are skipped without it.
 //!
 //! # Rules every backend keeps
 //! - **Times** are milliseconds since the Unix epoch (UTC), always passed in by the caller
@@ -45,9 +69,6 @@ use std::collections::HashSet;
 use std::fmt;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use uuid::Uuid;
-
 use super::query::Row;
 use super::types::{Backlog, CatalogRecord, DestinationBacklog, OutboxStats, PausedDestination};
 use super::value::Datum;
@@ -55,6 +76,9 @@ use super::{StoreError, Tx};
 
 mod capabilities;
 mod rows;
+
+pub use async_trait::async_trait;
+pub use uuid::Uuid;
 
 pub use capabilities::{
     ChainStore, DeadLetterOperations, DestinationOperations, Inspection, OperationLog,
@@ -86,7 +110,9 @@ pub trait Backend: ChainStore + Send + Sync + fmt::Debug + 'static {
     /// parameter besides [`Tx`] (`sqlx::SqliteConnection`, `sqlx::PgConnection`).
     fn native_transaction_types(&self) -> Vec<TypeId>;
 
-    /// This value, to reach a backend's own API (its pool).
+    /// This value, to reach a backend's own API: `store::sqlite::pool` and
+    /// `store::postgres::pool` downcast it to their store. A backend that decorates another
+    /// (metrics, logging around it) may return the inner one's, so that those keep working.
     fn as_any(&self) -> &dyn Any;
 
     /// Applies the outbox migrations not applied yet, in the outbox's own migrations table.
@@ -251,7 +277,8 @@ pub trait Backend: ChainStore + Send + Sync + fmt::Debug + 'static {
     }
 
     /// Reading dead letters, the audit log and what is pending ([`Inspection`]), if this
-    /// backend offers it. Default: `None` (the `events` tool then says the store cannot list).
+    /// backend offers it. Default: `None` (listing then fails with
+    /// [`StoreError::Unsupported`] naming `Inspection`).
     fn inspection(&self) -> Option<&dyn Inspection> {
         None
     }
