@@ -372,18 +372,23 @@ async fn notes(envelope: &Envelope<Written>, tx: &mut Tx) -> Result<(), HandlerE
     Ok(())
 }
 
-#[tokio::test]
-async fn an_outbox_over_the_core_alone_delivers() {
-    let store = open(&common::sqlite_url("core_only_outbox")).await.unwrap();
+/// The `notes` table and an outbox over `store` with the `notes` handler.
+async fn notes_outbox(store: &Store) -> Outbox {
     store
         .query("CREATE TABLE notes (note TEXT NOT NULL, seq BIGINT NOT NULL)")
         .execute()
         .await
         .unwrap();
-    let outbox = Outbox::builder(store.clone())
+    Outbox::builder(store.clone())
         .dispatcher(Dispatcher::builder_empty().handler::<notes>())
         .build()
-        .unwrap();
+        .unwrap()
+}
+
+#[tokio::test]
+async fn an_outbox_over_the_core_alone_delivers() {
+    let store = open(&common::sqlite_url("core_only_outbox")).await.unwrap();
+    let outbox = notes_outbox(&store).await;
     let mut uow = outbox.begin().await.unwrap();
     // Note `a`'s three events are delivered in order; note `b`'s is refused.
     for (note, seq, refused) in [
@@ -438,15 +443,7 @@ async fn a_capability_missing_midway_is_refused_before_the_first_write() {
     let store = open_with(&common::sqlite_url("core_only_partial"), true)
         .await
         .unwrap();
-    store
-        .query("CREATE TABLE notes (note TEXT NOT NULL, seq BIGINT NOT NULL)")
-        .execute()
-        .await
-        .unwrap();
-    let outbox = Outbox::builder(store.clone())
-        .dispatcher(Dispatcher::builder_empty().handler::<notes>())
-        .build()
-        .unwrap();
+    let outbox = notes_outbox(&store).await;
     let mut uow = outbox.begin().await.unwrap();
     let refused = Written {
         note: "c".into(),
