@@ -478,3 +478,41 @@ async fn a_capability_missing_midway_is_refused_before_the_first_write() {
     assert_eq!(store.audit_log(10).await.unwrap().len(), 1);
     store.close().await;
 }
+
+/// Opens a `CoreOnly` store for the `events` tool: what an application with a backend of its
+/// own hands `App::store_opener`.
+fn open_for_the_tool(
+    url: &str,
+    _options: &event_runtime::ConnectOptions,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Store, StoreError>> + Send>> {
+    let url = url.to_owned();
+    Box::pin(async move { open(&url).await })
+}
+
+/// The `events` tool over a backend of the application's own: what needs only the core works,
+/// and a command that needs a capability the backend lacks fails naming it.
+#[tokio::test]
+async fn the_events_tool_opens_an_own_backend_and_names_what_it_lacks() {
+    let url = common::sqlite_url("core_only_tool");
+    open(&url).await.unwrap().close().await;
+    let tool = |args: &'static [&'static str]| {
+        let url = url.clone();
+        async move {
+            let (mut out, mut err) = (Vec::new(), Vec::new());
+            let app = event_runtime::cli::App::standalone().store_opener(&open_for_the_tool);
+            let mut argv = vec!["events".to_owned(), "--database".to_owned(), url];
+            argv.extend(args.iter().map(|a| a.to_string()));
+            let code = event_runtime::cli::run_with_output(argv, app, &mut out, &mut err).await;
+            let text = String::from_utf8(out).unwrap() + &String::from_utf8(err).unwrap();
+            (code == std::process::ExitCode::SUCCESS, text)
+        }
+    };
+    let (ok, text) = tool(&["outbox", "stats"]).await;
+    assert!(ok, "{text}");
+    let (ok, text) = tool(&["dlq", "list"]).await;
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains("the core-only store does not offer Inspection, which this operation needs"),
+        "{text}"
+    );
+}

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::store::{ConnectOptions, Store, StoreError};
 
-use super::{CliError, DATABASE_ENV};
+use super::{CliError, StoreOpener, DATABASE_ENV};
 
 /// The database a command names.
 pub(super) struct Target<'a> {
@@ -13,6 +13,8 @@ pub(super) struct Target<'a> {
     pub(super) schema: Option<String>,
     pub(super) default: Option<&'a str>,
     pub(super) timeout: Duration,
+    /// The application's own way to open its store, if it has one.
+    pub(super) opener: Option<StoreOpener<'a>>,
 }
 
 impl Target<'_> {
@@ -33,7 +35,11 @@ impl Target<'_> {
         options.schema = self.schema.clone();
         // The store gives up after the timeout itself; this one also bounds what follows the
         // connection (the check that the tables exist) on a server that stops answering.
-        match tokio::time::timeout(self.timeout, Store::connect_with(&url, &options)).await {
+        let open = match self.opener {
+            Some(open) => open(&url, &options),
+            None => Box::pin(Store::connect_with(&url, &options)),
+        };
+        match tokio::time::timeout(self.timeout, open).await {
             Ok(Ok(store)) => Ok(store),
             Ok(Err(source)) => Err(connect_error(shown, source)),
             Err(_) => Err(CliError::ConnectTimeout {

@@ -276,6 +276,18 @@ pub const DATABASE_ENV: &str = "EVENTS_DATABASE_URL";
 pub type OutboxFactory<'a> =
     &'a (dyn Fn(crate::Store) -> Result<crate::Outbox, crate::OutboxError> + Send + Sync);
 
+/// How an embedding application opens its store itself — a backend of its own, which
+/// `Store::connect`'s URL schemes do not know — from the URL the tool was given and the
+/// options it opens with (`create: false`: an existing outbox only; the schema; the connect
+/// timeout). See [`App::store_opener`].
+pub type StoreOpener<'a> = &'a (dyn Fn(
+    &str,
+    &crate::ConnectOptions,
+) -> std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<crate::Store, crate::StoreError>> + Send>,
+> + Send
+         + Sync);
+
 /// The program the commands run in: its name (shown in help and messages) and, when embedded
 /// in an application, its [`Registry`] of event types and, optionally, how it builds its
 /// outbox ([`outbox`](Self::outbox)).
@@ -286,6 +298,7 @@ pub struct App<'a> {
     default_database: Option<&'a str>,
     outbox: Option<OutboxFactory<'a>>,
     topology: Option<&'a crate::topology::Topology>,
+    open_store: Option<StoreOpener<'a>>,
 }
 
 impl std::fmt::Debug for App<'_> {
@@ -296,6 +309,7 @@ impl std::fmt::Debug for App<'_> {
             .field("default_database", &self.default_database)
             .field("outbox", &self.outbox.is_some())
             .field("topology", &self.topology.is_some())
+            .field("open_store", &self.open_store.is_some())
             .finish()
     }
 }
@@ -309,6 +323,7 @@ impl<'a> App<'a> {
             default_database: None,
             outbox: None,
             topology: None,
+            open_store: None,
         }
     }
 
@@ -321,6 +336,7 @@ impl<'a> App<'a> {
             default_database: None,
             outbox: None,
             topology: None,
+            open_store: None,
         }
     }
 
@@ -367,6 +383,39 @@ impl<'a> App<'a> {
     /// application's own events and handlers, and say so on standard error.
     pub fn topology(mut self, topology: &'a crate::topology::Topology) -> Self {
         self.topology = Some(topology);
+        self
+    }
+
+    /// How the tool opens the store, instead of
+    /// [`Store::connect_with`](crate::Store::connect_with): for a store backend of the
+    /// application's own ([`store::backend`](crate::store::backend)), whose URL scheme the
+    /// built-in backends do not know. A command whose operation needs a capability the backend
+    /// does not offer fails naming it (`error: the mystore store does not offer Inspection,
+    /// which this operation needs`); the others work.
+    ///
+    /// ```no_run
+    /// use event_runtime::{cli::App, ConnectOptions, Store, StoreError};
+    /// use std::future::Future;
+    /// use std::pin::Pin;
+    ///
+    /// /// Opens the application's own backend (here: the built-in one, for the example).
+    /// fn open(
+    ///     url: &str,
+    ///     options: &ConnectOptions,
+    /// ) -> Pin<Box<dyn Future<Output = Result<Store, StoreError>> + Send>> {
+    ///     let (url, options) = (url.to_owned(), options.clone());
+    ///     Box::pin(async move { Store::connect_with(&url, &options).await })
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let app = App::standalone().store_opener(&open);
+    /// let code = event_runtime::cli::run(std::env::args(), app).await;
+    /// # let _ = code;
+    /// # }
+    /// ```
+    pub fn store_opener(mut self, open: StoreOpener<'a>) -> Self {
+        self.open_store = Some(open);
         self
     }
 
@@ -536,6 +585,7 @@ async fn execute_io(cli: Cli, app: App<'_>, io: &mut Io<'_>) -> Result<(), CliEr
         database: cli.database,
         schema: cli.schema,
         default: app.default_database,
+        opener: app.open_store,
     };
     match cli.command {
         Command::Dlq(Dlq::List(args)) => dlq::list(&target.connect().await?, &app, args, io).await,

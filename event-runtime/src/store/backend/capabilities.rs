@@ -10,9 +10,10 @@
 //! | [`OperationLog`] | `operation_log()` | every paged operation above, `inbox gaps accept`, `inbox gaps refetch` |
 //! | [`PartitionLeases`] | `partition_leases()` | transport instance groups (`NatsGroup`, `AmqpGroup`), `nats group status` |
 //!
-//! `outbox stats` and the workers' gauges need only the core. The `events` tool opens the
-//! built-in backends by URL; a backend of your own is operated through [`Store`](crate::Store)'s
-//! methods, which fail with [`StoreError::Unsupported`] naming a capability it lacks.
+//! `outbox stats` and the workers' gauges need only the core. [`Store`](crate::Store)'s
+//! methods fail with [`StoreError::Unsupported`] naming a capability the backend lacks, and so
+//! does the `events` tool embedded over a backend of the application's own (its
+//! `cli::App::store_opener`).
 //!
 //! Where the later work lands: partition leases of scale-out belong to [`PartitionLeases`];
 //! the trace context operations keep with each event travels in the envelope

@@ -24,8 +24,9 @@
 //! conformance suite (`event_runtime::testing::conformance`, feature `testing`).
 //!
 //! # Implementing a backend
-//! The traits are `async` through [`async_trait`](macro@async_trait) (re-exported here, with [`Uuid`], so that a
-//! backend's crate needs neither as a dependency of its own):
+//! The traits are `async` through [`async_trait`](macro@async_trait), re-exported here
+//! (event ids are `uuid::Uuid`, also `event_runtime::sqlx::types::Uuid`), so that a backend's
+//! crate needs no dependency of its own for either:
 //!
 //! ```text
 //! use event_runtime::store::backend::{async_trait, Backend, ChainStore, Inspection};
@@ -69,6 +70,8 @@ use std::collections::HashSet;
 use std::fmt;
 use std::time::Duration;
 
+use uuid::Uuid;
+
 use super::query::Row;
 use super::types::{Backlog, CatalogRecord, DestinationBacklog, OutboxStats, PausedDestination};
 use super::value::Datum;
@@ -78,7 +81,6 @@ mod capabilities;
 mod rows;
 
 pub use async_trait::async_trait;
-pub use uuid::Uuid;
 
 pub use capabilities::{
     ChainStore, DeadLetterOperations, DestinationOperations, Inspection, OperationLog,
